@@ -1,0 +1,61 @@
+"""The offline demo: its assets rebuild from a seed, and `python grpo_math.py` learns on CPU."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import trl
+from conftest import REPO, TINY_MODEL, TOY_DATA, run_script
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def test_shipped_assets_are_a_real_model_and_dataset():
+    tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    assert tokenizer.chat_template == template  # byte-identical: TRL recognises it like Qwen2.5's
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    model = AutoModelForCausalLM.from_pretrained(TINY_MODEL)
+    assert model.config.model_type == "qwen2"
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    size = sum(f.stat().st_size for f in [*TINY_MODEL.iterdir(), *TOY_DATA.iterdir()])
+    assert size < 5_000_000
+    train = [json.loads(line) for line in (TOY_DATA / "train.jsonl").open()]
+    test = [json.loads(line) for line in (TOY_DATA / "test.jsonl").open()]
+    assert len(test) >= 200 and len(train) >= 2000
+    assert not {row["question"] for row in test} & {row["question"] for row in train}  # held out
+    assert all("####" in row["answer"] for row in train + test)
+
+
+def test_assets_rebuild_identically_from_the_seed(tmp_path):
+    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("train.jsonl", "test.jsonl"):
+        assert (tmp_path / "toy_math" / name).read_bytes() == (TOY_DATA / name).read_bytes()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+        assert (tmp_path / "tiny-qwen-math" / name).read_text() == (TINY_MODEL / name).read_text(), name
+    rebuilt = load_file(tmp_path / "tiny-qwen-math" / "model.safetensors")
+    shipped = load_file(TINY_MODEL / "model.safetensors")
+    assert rebuilt.keys() == shipped.keys()
+    for key in shipped:  # the same training run; allow for float round-off between CPUs
+        assert torch.allclose(rebuilt[key], shipped[key], atol=1e-3), key
+
+
+def test_offline_demo_learns(tmp_path):
+    """`python grpo_math.py` with no GPU and no flags but an output folder: the issue's targets."""
+    out = tmp_path / "demo"
+    result = run_script(["--output_dir", out], timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "offline demo" in result.stdout
+    evaluation = json.loads((out / "eval.json").read_text())
+    before, after = evaluation["before"], evaluation["after"]
+    print(f"demo: accuracy {before['accuracy']:.3f} -> {after['accuracy']:.3f}, format rate "
+          f"{before['format_rate']:.3f} -> {after['format_rate']:.3f}, {evaluation['wall_time_seconds']} s")
+    assert after["accuracy"] - before["accuracy"] >= 0.25
+    assert after["format_rate"] >= 0.9
+    state = json.loads((out / "trainer_state.json").read_text())
+    last_format = [e["rewards/strict_format_reward/mean"] for e in state["log_history"]
+                   if "rewards/strict_format_reward/mean" in e][-1]
+    assert last_format >= 0.9  # the format reward at the end of training
+    assert (out / "training_curves.png").exists()

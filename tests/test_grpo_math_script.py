@@ -1,0 +1,158 @@
+"""grpo_math.py run the way users run it: as a command, from Python, with bad input, resumed."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import FAST_RUN, REPO, TINY_MODEL, TOY_DATA, offline_env, run_script
+
+import grpo_math as gm
+
+
+def read_state(output_dir: Path) -> dict:
+    return json.loads((output_dir / "trainer_state.json").read_text()) if (output_dir / "trainer_state.json").exists() \
+        else json.loads(sorted(output_dir.glob("checkpoint-*/trainer_state.json"))[-1].read_text())
+
+
+def test_short_run_writes_metrics_eval_and_plot(tmp_path):
+    out = tmp_path / "run"
+    result = run_script([*FAST_RUN, "--max_steps", "4", "--output_dir", out, "--save_steps", "2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluation = json.loads((out / "eval.json").read_text())
+    for when in ("before", "after"):
+        assert 0.0 <= evaluation[when]["accuracy"] <= 1.0
+        assert 0.0 <= evaluation[when]["format_rate"] <= 1.0
+        assert evaluation[when]["num_examples"] == 16
+    assert evaluation["global_step"] == 4
+    logged = {key for entry in read_state(out / "checkpoint-4")["log_history"] for key in entry}
+    for func, _ in gm.RUBRIC:  # each rubric term is logged on its own
+        assert f"rewards/{func.__name__}/mean" in logged
+    assert {"reward", "completions/mean_length"} <= logged
+    png = (out / "training_curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert (out / "model.safetensors").exists()  # the final model
+    assert "sample at step" in result.stdout  # throttled sample printing
+    assert "accuracy" in result.stdout and "format_rate" in result.stdout  # the before/after table
+
+
+def test_main_from_python_ignores_sys_argv(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "/kernel.json"])  # what a notebook has
+    results = gm.main([*FAST_RUN, "--max_steps", "2", "--output_dir", str(tmp_path / "nb"),
+                       "--num_eval_examples", "8"])
+    assert results["global_step"] == 2
+    assert results["after"]["num_examples"] == 8
+    assert (tmp_path / "nb" / "eval.json").exists()
+
+
+def test_help_lists_script_and_trainer_flags():
+    result = run_script(["--help"])
+    assert result.returncode == 0
+    for flag in ("--question_column", "--answer_column", "--num_eval_examples", "--learning_rate",
+                 "--num_generations", "--use_peft", "--load_in_4bit", "--use_vllm", "--report_to",
+                 "--resume_from_checkpoint", "--model_name_or_path"):
+        assert flag in result.stdout
+
+
+def test_yaml_and_flags_override_defaults(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"learning_rate": 3e-5, "max_steps": 7, "question_column": "q",
+                                      "model_name_or_path": str(TINY_MODEL)}))
+    script_args, training_args, model_args = gm.parse_args(["--config", str(config), "--max_steps", "9"])
+    assert training_args.learning_rate == 3e-5  # from YAML
+    assert training_args.max_steps == 9  # the flag beats YAML
+    assert script_args.question_column == "q"
+    assert model_args.model_name_or_path == str(TINY_MODEL)
+
+
+def test_demo_settings_apply_without_gpu_but_flags_win():
+    script_args, training_args, model_args = gm.parse_args(["--max_steps", "3"])
+    assert model_args.model_name_or_path == gm.DEMO_SETTINGS["model_name_or_path"]
+    assert script_args.dataset_name == gm.DEMO_SETTINGS["dataset_name"]
+    assert training_args.learning_rate == gm.DEMO_SETTINGS["learning_rate"]
+    assert training_args.max_steps == 3
+    assert not training_args.bf16 and not training_args.fp16  # fp32 on CPU
+    # Choosing a model turns the demo off: the recipe's real defaults apply.
+    script_args, training_args, model_args = gm.parse_args(["--model_name_or_path", str(TINY_MODEL)])
+    assert training_args.learning_rate == 5e-6
+    assert script_args.dataset_name == "openai/gsm8k" and script_args.dataset_config == "main"
+
+
+# ---- bad input: one clear line that names the fix, no traceback, nothing overwritten ----
+BAD_INPUTS = [
+    (["--question_column", "prompt_text"], "--question_column"),
+    (["--answer_column", "solution"], "--answer_column"),
+    (["--dataset_train_split", "validation"], "--dataset_train_split"),
+    (["--num_generations", "3"], "divisible"),
+    (["--per_device_train_batch_size", "12", "--gradient_accumulation_steps", "1"], "divisible"),
+    (["--use_vllm"], "pip install vllm"),
+    (["--use_peft", "--load_in_4bit"], "pip install bitsandbytes"),
+    (["--load_in_4bit"], "--use_peft"),
+    (["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct"], "cannot load model"),
+    (["--dataset_name", "openai/gsm8k"], "cannot load dataset"),
+    (["--dataset_name", "missing_file.jsonl"], "cannot load dataset"),
+    (["--resume_from_checkpoint", "last"], "no checkpoint"),
+    (["--reward_weights", "1.0", "2.0"], "--reward_weights"),
+]
+
+
+@pytest.mark.parametrize("flags, expected", BAD_INPUTS)
+def test_bad_input_raises_a_clear_error(flags, expected, tmp_path):
+    if expected == "pip install bitsandbytes" and gm.importlib.util.find_spec("bitsandbytes"):
+        pytest.skip("bitsandbytes is installed here, so this error cannot occur")
+    if expected == "pip install vllm" and gm.importlib.util.find_spec("vllm"):
+        pytest.skip("vllm is installed here, so this error cannot occur")
+    args = [*FAST_RUN, "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *flags]
+    with pytest.raises(gm.RecipeError, match=expected.replace("(", r"\(")):
+        gm.main(args)
+
+
+def test_bad_input_on_the_command_line_is_one_line(tmp_path):
+    result = run_script([*FAST_RUN, "--question_column", "nope", "--output_dir", tmp_path / "x"])
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpo_math.py: error:") and "--question_column" in last
+
+
+def test_existing_checkpoints_are_never_overwritten(tmp_path):
+    out = tmp_path / "run"
+    checkpoint = out / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 5}')
+    with pytest.raises(gm.RecipeError, match="--resume_from_checkpoint last"):
+        gm.main([*FAST_RUN, "--max_steps", "1", "--output_dir", str(out)])
+    assert (checkpoint / "trainer_state.json").read_text() == '{"global_step": 5}'
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-5"]
+
+
+def test_killed_run_resumes_to_the_same_step_count(tmp_path):
+    """Kill a run after its first checkpoint, resume it, and compare with an uninterrupted run."""
+    steps = ["--max_steps", "12", "--save_steps", "3", "--num_eval_examples", "0"]
+    full = run_script([*FAST_RUN, *steps, "--output_dir", tmp_path / "full"])
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, str(REPO / "grpo_math.py"), *FAST_RUN, *steps, "--output_dir",
+                                str(out)], env=offline_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoint-3" / "trainer_state.json").exists() and process.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    saved = {p.name for p in out.glob("checkpoint-*")}
+    assert "checkpoint-12" not in saved, "the run finished before it could be killed"
+
+    resumed = run_script([*FAST_RUN, *steps, "--output_dir", out, "--resume_from_checkpoint", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert saved <= {p.name for p in out.glob("checkpoint-*")}  # nothing saved before was lost
+    full_state, resumed_state = read_state(tmp_path / "full"), read_state(out)
+    assert resumed_state["global_step"] == full_state["global_step"] == 12
+    logged_steps = [e["step"] for e in resumed_state["log_history"] if "reward" in e]
+    assert logged_steps == list(range(1, 13))  # history carried over from the checkpoint, no step twice
