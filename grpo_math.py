@@ -19,7 +19,7 @@ GRPOTrainer pushes the model towards the completions that beat the others in the
 Fork this file: change a reward, the model or the dataset, and run it again.
 
 Run it
-    python grpo_math.py                                  # no GPU: offline demo on a tiny model (~3 min)
+    python grpo_math.py                                  # no GPU: offline demo on a tiny model (~1.5 min)
     python grpo_math.py --max_steps 250                  # one GPU: Qwen2.5-0.5B-Instruct on GSM8K
     python grpo_math.py --use_peft --learning_rate 2e-5  # LoRA: a fraction of the memory
     python grpo_math.py --use_peft --load_in_4bit        # QLoRA (needs `pip install bitsandbytes`)
@@ -32,8 +32,8 @@ vLLM server mode: `trl vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct` on one GPU
 `CUDA_VISIBLE_DEVICES=1 python grpo_math.py --use_vllm --vllm_mode server` on another.
 
 What to expect
-    CPU demo (measured, 2 cores): held-out accuracy goes from about 20% to about 60-70% and the
-    strict format reward stays above 0.9, in about 3 minutes in all. See README.md.
+    CPU demo (measured, 2 cores): held-out accuracy 34% -> 72%, strict format 1.00 throughout,
+    about 1.5 minutes in all (300 steps). See README.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct starts near 20-30% on GSM8K in this strict format
     and climbs over a few hundred steps; the format rewards rise first, correctness follows.
 Outputs, in --output_dir: checkpoints, the final model, eval.json (accuracy and format rate
