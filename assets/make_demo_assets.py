@@ -1,11 +1,14 @@
-"""Rebuild the offline demo assets: a toy GSM8K-style dataset and a tiny warm-started model.
+"""Rebuild the offline demo assets: toy datasets and tiny warm-started models.
 
-    python assets/make_demo_assets.py            # rewrites assets/toy_math/ and assets/tiny-qwen-math/
+    python assets/make_demo_assets.py                 # rewrites every asset folder below
+    python assets/make_demo_assets.py --demo tools    # only toy_tools/ and tiny-qwen-tools/
     python assets/make_demo_assets.py --out /tmp/demo --seed 1
 
-grpo_math.py falls back to these when there is no CUDA GPU and no model was chosen, so that a
-laptop with no GPU and no network can watch GRPO learn in a few minutes. Everything here is
-deterministic given --seed (same machine, same library versions):
+grpo_math.py and grpo_tools.py fall back to these when there is no CUDA GPU and no model was
+chosen, so that a laptop with no GPU and no network can watch GRPO learn in a few minutes.
+Everything here is deterministic given --seed (same machine, same library versions).
+
+The math demo (assets/toy_math/, assets/tiny-qwen-math/):
 
 1. Toy data: one-step word problems ("Mia has 7 apples. Mia buys 5 more. How many...") written
    like GSM8K, with the gold answer after "####". Test questions never appear in train.
@@ -17,12 +20,23 @@ deterministic given --seed (same machine, same library versions):
    the teacher's habit, so greedy decoding often gives the off-by-one answer while its samples
    are right about 40% of the time. GRPO, rewarded only for correct answers, unlearns the habit:
    what reinforcement learning with a verifier can do and imitation of flawed data cannot.
+
+The tool demo (assets/toy_tools/, assets/tiny-qwen-tools/):
+1. Toy data: "A crate has 23 boxes with 47 pens each. How many pens are there?": products of
+   two 2-digit numbers, which a tiny model cannot compute but a calculator can.
+2. Tokenizer and model as above, trained on whole conversations rendered with grpo_tools.py's
+   own system prompt and tool descriptions (imported from it: they are part of the prompt).
+3. Warm start: a sloppy teacher again. In 60% of its conversations it skips the calculator and
+   guesses; in the rest it calls calculator("23 * 47"), reads 1081, answers <answer>1081</answer>.
+   The model learns both habits and, greedy, mostly guesses. GRPO learns that calling pays.
 """
 
 import argparse
 import json
 import random
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -130,6 +144,12 @@ def warm_start(model, tokenizer, problems: list[dict], steps: int, batch_size: i
         assert full_ids[: len(prompt_ids)] == prompt_ids
         labels = [-100] * len(prompt_ids) + full_ids[len(prompt_ids):]
         examples.append((full_ids, labels))
+    supervised_steps(model, tokenizer, examples, steps, batch_size, lr, seed)
+
+
+def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int):
+    """AdamW on (input_ids, labels) pairs, random batches, right padding."""
+    torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     model.train()
@@ -163,16 +183,38 @@ def greedy_accuracy(model, tokenizer, problems: list[dict]) -> float:
     return sum(f"<answer>\n{p['result']}\n</answer>" in t for p, t in zip(problems, texts)) / len(problems)
 
 
-def build_math(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float,
-               max_operand: int = MAX_OPERAND, teacher_error: float = 0.0):
-    rng = random.Random(seed)
-    train, test = make_dataset(rng, n_train=4000, n_test=200, max_operand=max_operand)
-    data_dir = out / "toy_math"
+def write_dataset(data_dir: Path, train: list[dict], test: list[dict]) -> Path:
     data_dir.mkdir(parents=True, exist_ok=True)
     for split, rows in [("train", train), ("test", test)]:
         with open(data_dir / f"{split}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps({"question": row["question"], "answer": row["answer"]}) + "\n")
+    return data_dir
+
+
+def tiny_qwen2(tokenizer, hidden: int, layers: int, max_positions: int, seed: int):
+    """Qwen2.5's architecture at a size that trains in seconds on a CPU."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=max_positions, tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    return Qwen2ForCausalLM(config)
+
+
+def save_model(model, tokenizer, model_dir: Path):
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    model.save_pretrained(model_dir)
+    tokenizer.init_kwargs.pop("local_files_only", None)  # set by HF_HUB_OFFLINE; not part of the asset
+    tokenizer.save_pretrained(model_dir)
+
+
+def build_math(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float,
+               max_operand: int = MAX_OPERAND, teacher_error: float = 0.0):
+    rng = random.Random(seed)
+    train, test = make_dataset(rng, n_train=4000, n_test=200, max_operand=max_operand)
+    data_dir = write_dataset(out / "toy_math", train, test)
 
     texts = [SYSTEM_PROMPT] + [p["question"] + "\n" + p["answer"] + "\n" + reference_completion(p) for p in train]
     model_dir = out / "tiny-qwen-math"
@@ -181,23 +223,83 @@ def build_math(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
     # Warm up with the tokenizer exactly as grpo_math.py will load it.
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=None)
-    model = Qwen2ForCausalLM(config)
+    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=512, seed=seed)
     print(f"tiny model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}")
     warm_start(model, tokenizer, train, steps=warm_steps, batch_size=32, lr=lr, seed=seed,
                teacher_error=teacher_error)
     print(f"greedy accuracy on test after warm start: {greedy_accuracy(model, tokenizer, test):.2f}")
 
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    model.save_pretrained(model_dir)
-    tokenizer.init_kwargs.pop("local_files_only", None)  # set by HF_HUB_OFFLINE; not part of the asset
-    tokenizer.save_pretrained(model_dir)
+    save_model(model, tokenizer, model_dir)
+    print(f"wrote {data_dir} and {model_dir}")
+
+
+# ---- the tool-use demo (grpo_tools.py) --------------------------------------------------------
+UNITS = [("crate", "boxes", "pens"), ("shelf", "rows", "books"), ("farm", "fields", "sheep"),
+         ("bus", "seats", "tickets"), ("garden", "beds", "tulips"), ("bakery", "trays", "rolls"),
+         ("school", "classes", "pupils"), ("library", "shelves", "books"), ("orchard", "rows", "trees")]
+
+
+def make_tools_problem(rng: random.Random) -> dict:
+    """A product of two 2-digit numbers: too hard for a tiny model, easy with a calculator."""
+    place, groups, items = rng.choice(UNITS)
+    a, b = rng.randint(11, 99), rng.randint(11, 99)
+    question = f"A {place} has {a} {groups} with {b} {items} each. How many {items} are there?"
+    return {"question": question, "answer": f"{a} * {b} = {a * b}.\n#### {a * b}", "expression": f"{a} * {b}",
+            "result": a * b}
+
+
+def tools_conversation(problem: dict, system_prompt: str, rng: random.Random, teacher_error: float) -> list[dict]:
+    """A warm-start conversation. The sloppy teacher skips the calculator (and guesses) part of the time."""
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": problem["question"]}]
+    if rng.random() < teacher_error:
+        guess = problem["result"] + rng.choice([-1, 1]) * rng.randint(1, 300)
+        return messages + [{"role": "assistant", "content": f"<answer>{guess}</answer>"}]
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": problem["expression"]}}}
+    return messages + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                       {"role": "tool", "name": "calculator", "content": str(problem["result"])},
+                       {"role": "assistant", "content": f"<answer>{problem['result']}</answer>"}]
+
+
+def assistant_labels(tokenizer, text: str) -> tuple[list[int], list[int]]:
+    """Token ids of a rendered conversation, labels only on the assistant's own tokens."""
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = [(m.start(1), m.end(1)) for m in re.finditer(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", text, re.DOTALL)]
+    labels = [token if any(a <= start and end <= b for a, b in spans) else -100
+              for token, (start, end) in zip(encoding["input_ids"], encoding["offset_mapping"])]
+    return encoding["input_ids"], labels
+
+
+def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float):
+    sys.path.insert(0, str(HERE.parent))
+    import grpo_tools  # the system prompt and tool descriptions must be exactly what training shows
+
+    env = grpo_tools.ToolEnvironment()
+    env.reset()
+    tools = grpo_tools.tools_of(env)
+    rng = random.Random(seed)
+    seen, train, test = set(), [], []
+    while len(train) + len(test) < 4200:
+        problem = make_tools_problem(rng)
+        if problem["question"] not in seen:
+            seen.add(problem["question"])
+            (test if len(test) < 200 else train).append(problem)
+    data_dir = write_dataset(out / "toy_tools", train, test)
+
+    # Render with a stand-in tokenizer first: the BPE is trained on what the model will read.
+    stand_in = make_tokenizer(["x"], vocab_size=300)
+    conversations = [tools_conversation(p, grpo_tools.SYSTEM_PROMPT, rng, teacher_error) for p in train]
+    texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
+    model_dir = out / "tiny-qwen-tools"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
+    print(f"tiny tool model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
+          f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
+    examples = [assistant_labels(tokenizer, text) for text in texts]
+    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
+    save_model(model, tokenizer, model_dir)
     print(f"wrote {data_dir} and {model_dir}")
 
 
@@ -210,9 +312,17 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
+    parser.add_argument("--demo", choices=["math", "tools", "all"], default="all")
+    parser.add_argument("--tools_warm_steps", type=int, default=600)
+    parser.add_argument("--tools_teacher_error", type=float, default=0.6,
+                        help="share of tool warm-start conversations that skip the calculator and guess")
     parser.add_argument("--teacher_error", type=float, default=0.6,
                         help="share of warm-start answers whose result is one too high")
     args = parser.parse_args()
     torch.set_num_threads(min(torch.get_num_threads(), 2))
-    build_math(args.out, args.seed, args.warm_steps, args.hidden, args.layers, args.lr, args.max_operand,
-               args.teacher_error)
+    if args.demo in ("math", "all"):
+        build_math(args.out, args.seed, args.warm_steps, args.hidden, args.layers, args.lr, args.max_operand,
+                   args.teacher_error)
+    if args.demo in ("tools", "all"):
+        build_tools(args.out, args.seed, args.tools_warm_steps, args.hidden, args.layers, args.lr,
+                    args.tools_teacher_error)

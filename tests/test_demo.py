@@ -29,17 +29,19 @@ def test_shipped_assets_are_a_real_model_and_dataset():
 
 
 def test_assets_rebuild_identically_from_the_seed(tmp_path):
-    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=600)
+    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("train.jsonl", "test.jsonl"):
-        assert (tmp_path / "toy_math" / name).read_bytes() == (TOY_DATA / name).read_bytes()
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
-        assert (tmp_path / "tiny-qwen-math" / name).read_text() == (TINY_MODEL / name).read_text(), name
-    rebuilt = load_file(tmp_path / "tiny-qwen-math" / "model.safetensors")
-    shipped = load_file(TINY_MODEL / "model.safetensors")
-    assert rebuilt.keys() == shipped.keys()
-    for key in shipped:  # the same training run; allow for float round-off between CPUs
-        assert torch.allclose(rebuilt[key], shipped[key], atol=1e-3), key
+    shipped_assets = REPO / "assets"
+    for data, model in [("toy_math", "tiny-qwen-math"), ("toy_tools", "tiny-qwen-tools")]:
+        for name in ("train.jsonl", "test.jsonl"):
+            assert (tmp_path / data / name).read_bytes() == (shipped_assets / data / name).read_bytes()
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+            assert (tmp_path / model / name).read_text() == (shipped_assets / model / name).read_text(), name
+        rebuilt = load_file(tmp_path / model / "model.safetensors")
+        shipped = load_file(shipped_assets / model / "model.safetensors")
+        assert rebuilt.keys() == shipped.keys()
+        for key in shipped:  # the same training run; allow for float round-off between CPUs
+            assert torch.allclose(rebuilt[key], shipped[key], atol=1e-3), key
 
 
 def test_offline_demo_learns(tmp_path):
