@@ -1,8 +1,12 @@
+# %% [markdown]
+# ## Imports
+# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
+# %%
 # /// script
 # requires-python = ">=3.10"
 # dependencies = [
 #     "torch>=2.4",
-#     "transformers>=5.0",
+#     "transformers>=5.2",
 #     "trl>=1.16",
 #     "datasets>=4.7",
 #     "peft>=0.17",
@@ -71,6 +75,10 @@ def arg(default, help):
     return field(default=default, metadata={"help": help})
 
 
+# %% [markdown]
+# ## Config
+# The system prompt the model must follow and the model to train: change `DEFAULT_MODEL` to train another one.
+# %%
 # =====================================================================================
 # CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
 # YAML file (--config file.yaml) and an argument of main([...]) from Python.
@@ -86,6 +94,9 @@ SYSTEM_PROMPT = """Respond in the following format:
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # fits a free Colab T4 (16 GB) with full fine-tuning
 
 
+# %% [markdown]
+# Data and evaluation settings, each also a flag of `main([...])`, e.g. `main(["--num_eval_examples", "50"])`.
+# %%
 @dataclass
 class ScriptArguments:
     dataset_name: str = arg(None, "Hub dataset id, or a local .json/.jsonl/.parquet file or folder. "
@@ -102,6 +113,9 @@ class ScriptArguments:
     print_samples_every: int = arg(25, "Print one sample completion every this many steps (0 = never).")
 
 
+# %% [markdown]
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults; change one here, or pass it as a flag.
+# %%
 @dataclass
 class RecipeConfig(GRPOConfig):
     """TRL's GRPOConfig with this recipe's defaults. Every other GRPOConfig field is a flag too."""
@@ -130,7 +144,7 @@ class RecipeConfig(GRPOConfig):
         # Hardware-aware precision, decided here so that derived settings below see the final values.
         if self.bf16 is None and self.fp16 is None:
             has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported()
+            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
             self.fp16 = has_cuda and not self.bf16
         self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
         if not torch.cuda.is_available():
@@ -143,6 +157,10 @@ class RecipeConfig(GRPOConfig):
         super().__post_init__()
 
 
+# %% [markdown]
+# The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/`, which need
+# no network.
+# %%
 # The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
 # the defaults above (flags and YAML still win). A tiny model needs a far larger learning rate.
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
@@ -165,6 +183,10 @@ DEMO_SETTINGS = dict(
 )
 
 
+# %% [markdown]
+# ## Data
+# Each question becomes a chat prompt under the system prompt; pass `--dataset_name` to train on your own data.
+# %%
 # =====================================================================================
 # DATA: questions become chat prompts; the answer column is kept for the rewards.
 # =====================================================================================
@@ -229,6 +251,10 @@ def load_data(script_args, tokenizer, seed):
     return splits[0], splits[1].select(range(min(script_args.num_eval_examples, len(splits[1]))))
 
 
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the text of a completion, its one `<answer>` block and the number in it.
+# %%
 # =====================================================================================
 # RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
 # TRL calls them with the completions plus every dataset column (here: `answer`).
@@ -278,6 +304,10 @@ def gold_number(answer: str):
     return parse_number(gold)
 
 
+# %% [markdown]
+# The reward that matters most, 1.0 for the gold number in the answer block: edit it, then run it and every cell
+# below again.
+# %%
 def correctness_reward(completions, answer, **kwargs) -> list[float]:
     """1.0 when the one <answer> block states the gold number, else 0.0."""
     scores = []
@@ -289,6 +319,9 @@ def correctness_reward(completions, answer, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# A small bonus for answering with exactly one number, right or wrong.
+# %%
 def numeric_answer_reward(completions, **kwargs) -> list[float]:
     """1.0 when the one <answer> block states exactly one number (right or wrong), else 0.0."""
     scores = []
@@ -298,11 +331,17 @@ def numeric_answer_reward(completions, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# The tags and layouts that the three format rewards below look for.
+# %%
 TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 STRICT_FORMAT = re.compile(r"<reasoning>\n.+?\n</reasoning>\n<answer>\n.+?\n</answer>\n?", re.DOTALL)
 LENIENT_FORMAT = re.compile(r"\s*<reasoning>.*?</reasoning>\s*<answer>.*?</answer>\s*", re.DOTALL)
 
 
+# %% [markdown]
+# 1.0 for exactly the layout the system prompt shows, newlines included.
+# %%
 def strict_format_reward(completions, **kwargs) -> list[float]:
     """1.0 for exactly the layout the system prompt shows (newlines included), else 0.0."""
     scores = []
@@ -313,6 +352,9 @@ def strict_format_reward(completions, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# 1.0 for a reasoning block then an answer block, whatever the whitespace around them.
+# %%
 def lenient_format_reward(completions, **kwargs) -> list[float]:
     """1.0 for a reasoning block then an answer block, any whitespace around them, else 0.0."""
     scores = []
@@ -323,6 +365,9 @@ def lenient_format_reward(completions, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# Partial credit, 0.25 per tag used once, that guides the model towards the format.
+# %%
 def tag_count_reward(completions, **kwargs) -> list[float]:
     """0.25 per tag that appears exactly once; </answer> counts only when nothing follows it.
 
@@ -339,6 +384,10 @@ def tag_count_reward(completions, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above.
+# %%
 # (reward function, weight). Format and bonus terms together pay 1.0, a correct answer 2.0:
 # a completion can never earn more by gaming the format than by being right.
 RUBRIC = [
@@ -350,6 +399,11 @@ RUBRIC = [
 ]
 
 
+# %% [markdown]
+# ## Trainer
+# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
+# change here.
+# %%
 # =====================================================================================
 # TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
 # =====================================================================================
@@ -460,6 +514,10 @@ def with_sample_printing(reward_func, every: int):
     return wrapper
 
 
+# %% [markdown]
+# ## Evaluation
+# Greedy answers to the held-out questions, scored for accuracy and strict format, before and after training.
+# %%
 @torch.no_grad()
 def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int) -> dict:
     """Greedy answers to held-out questions: accuracy and strict-format rate, in [0, 1]."""
@@ -495,19 +553,21 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int) -> dict:
             "num_examples": len(correct), "sample_completion": completions[0]}
 
 
+# %% [markdown]
+# ## Plots
+# The total reward, each reward and the completion length against step, saved as `training_curves.png`.
+# %%
 def plot_curves(log_history: list[dict], path: Path):
     """Total reward, each reward component, and completion length against step, in one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no display needed, a notebook's backend untouched
 
     logs = [entry for entry in log_history if "reward" in entry and "step" in entry]
     if not logs:
         return None
     steps = [entry["step"] for entry in logs]
     components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    fig = Figure(figsize=(16, 4.2))
+    axes = fig.subplots(1, 3)
     axes[0].plot(steps, [entry["reward"] for entry in logs], color="black")
     axes[0].set_title("total reward (weighted sum)")
     for key in components:
@@ -521,10 +581,13 @@ def plot_curves(log_history: list[dict], path: Path):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
+# %% [markdown]
+# ## Training
+# `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
+# %%
 def main(argv=None):
     """Train, evaluate before and after, plot. `argv` is a list of flags; None reads sys.argv."""
     started = time.time()
@@ -576,6 +639,7 @@ def main(argv=None):
     return results
 
 
+# %% active="py"
 if __name__ == "__main__":
     try:
         main()

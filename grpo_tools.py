@@ -1,3 +1,7 @@
+# %% [markdown]
+# ## Imports
+# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
+# %%
 # /// script
 # requires-python = ">=3.10"
 # dependencies = [
@@ -70,6 +74,7 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
+
 def arg(default, help):
     """A config field whose comment is also its --help text."""
     if isinstance(default, (list, dict)):
@@ -77,7 +82,11 @@ def arg(default, help):
     return field(default=default, metadata={"help": help})
 
 
-
+# %% [markdown]
+# ## Config
+# The system prompt the model must follow and the model to train: change `DEFAULT_MODEL` to train another one
+# (its chat template must be one TRL can drive tool calls with).
+# %%
 # =====================================================================================
 # CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
 # YAML file (--config file.yaml) and an argument of main([...]) from Python.
@@ -87,6 +96,9 @@ SYSTEM_PROMPT = """Use the tools for arithmetic. Give the final answer as <answe
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
 
 
+# %% [markdown]
+# Data, tool and evaluation settings, each also a flag of `main([...])`, e.g. `main(["--tool_call_budget", "2"])`.
+# %%
 @dataclass
 class ScriptArguments:
     dataset_name: str = arg(None, "Hub dataset id, or a local .json/.jsonl/.parquet file or folder. "
@@ -104,6 +116,10 @@ class ScriptArguments:
     print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
 
 
+# %% [markdown]
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included; change one here, or
+# pass it as a flag.
+# %%
 @dataclass
 class RecipeConfig(GRPOConfig):
     """TRL's GRPOConfig with this recipe's defaults. Every other GRPOConfig field is a flag too."""
@@ -131,7 +147,7 @@ class RecipeConfig(GRPOConfig):
         # Hardware-aware precision, decided here so that derived settings below see the final values.
         if self.bf16 is None and self.fp16 is None:
             has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported()
+            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
             self.fp16 = has_cuda and not self.bf16
         self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
         if not torch.cuda.is_available():
@@ -144,6 +160,10 @@ class RecipeConfig(GRPOConfig):
         super().__post_init__()
 
 
+# %% [markdown]
+# The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/`, which need
+# no network.
+# %%
 # The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
 # the defaults above (flags and YAML still win).
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
@@ -165,6 +185,11 @@ DEMO_SETTINGS = dict(
 )
 
 
+# %% [markdown]
+# ## Tools
+# The calculator's limits and the syntax-tree walk behind it, which allows numbers and arithmetic and nothing else:
+# raise a limit here, or add an operator to `_CALC_OPS`.
+# %%
 # =====================================================================================
 # TOOLS: plain functions; the model sees their names, signatures and docstrings.
 # Copy them into your own script as they are. Errors come back as text, never as exceptions.
@@ -211,6 +236,10 @@ def _calc_eval(node):
     raise ValueError(f"{what} not allowed: use numbers, + - * / // % ** and parentheses")
 
 
+# %% [markdown]
+# `calculator` evaluates an expression and returns the result, or any failure as an `Error: ...` text for the model
+# to read; change how results are written here.
+# %%
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression, e.g. "(12 + 30) * 3 / 7", with numbers, + - * / // % ** and parentheses.
 
@@ -224,7 +253,10 @@ def calculator(expression: str) -> str:
     if len(expression) > CALCULATOR_MAX_CHARS:  # also keeps the parser and the tree walk shallow
         return f"Error: expression too long ({len(expression)} characters, limit {CALCULATOR_MAX_CHARS})"
     try:
-        value = _calc_eval(ast.parse(expression, mode="eval").body)
+        with warnings.catch_warnings():  # "43x36" would also print a SyntaxWarning
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expression, mode="eval")
+        value = _calc_eval(tree.body)
     except SyntaxError as e:
         return f"Error: not a valid arithmetic expression ({e.msg})"
     except ZeroDivisionError:
@@ -240,6 +272,10 @@ def calculator(expression: str) -> str:
     return str(value)
 
 
+# %% [markdown]
+# The sandbox behind `run_python`: its limits (`PYTHON_*`: time, memory, file size, output) and the code that sets
+# up namespaces and drops privileges; tighten or loosen a limit here.
+# %%
 PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
 PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
 PYTHON_MEMORY_BYTES = 512 * 2**20  # address space (RLIMIT_AS): large allocations raise MemoryError
@@ -364,6 +400,10 @@ def _sandbox_mode():
     return _SANDBOX
 
 
+# %% [markdown]
+# `run_python` runs a short program in that sandbox and returns what it prints; the comment above it says what the
+# sandbox contains and what not: read it before you offer this tool to a model.
+# %%
 # What run_python contains, and what not (_sandbox_mode picks the strongest mode that works on the machine):
 # - Where `unshare` works (as root, or with unprivileged user namespaces): new network, PID and mount namespaces.
 #   No network at all (only a loopback that is down). The code sees and can signal only its own processes, and
@@ -418,6 +458,10 @@ def run_python(code: str) -> str:
     return f"Error: {reason}\n{output}".rstrip()
 
 
+# %% [markdown]
+# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
+# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
+# %%
 class ToolEnvironment:
     """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
 
@@ -453,6 +497,10 @@ class ToolEnvironment:
         return result
 
 
+# %% [markdown]
+# ## Data
+# Each question becomes a chat prompt under the system prompt; pass `--dataset_name` to train on your own data.
+# %%
 # =====================================================================================
 # DATA: questions become chat prompts; the answer column is kept for the rewards.
 # =====================================================================================
@@ -517,7 +565,10 @@ def load_data(script_args, tokenizer, seed):
     return splits[0], splits[1].select(range(min(script_args.num_eval_examples, len(splits[1]))))
 
 
-
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the final answer of a trajectory, its one `<answer>` block and the number in it.
+# %%
 # =====================================================================================
 # RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
 # Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
@@ -566,6 +617,10 @@ def gold_number(answer: str):
     return parse_number(gold)
 
 
+# %% [markdown]
+# The reward that matters most, 1.0 for the gold number in the final answer block: edit it, then run it and every
+# cell below again.
+# %%
 def correctness_reward(completions, answer, **kwargs) -> list[float]:
     """1.0 when the final <answer> block states the gold number, else 0.0 (as in rewards.py)."""
     scores = []
@@ -577,21 +632,34 @@ def correctness_reward(completions, answer, **kwargs) -> list[float]:
     return scores
 
 
+# %% [markdown]
+# The share of a rollout's tool calls that ran without error; a rollout that made no call has no say (`None`).
+# %%
 def tool_success_reward(environments, **kwargs) -> list:
     """Share of this rollout's tool calls that ran without error; None (no say) when it made none."""
     return [(env.calls - env.failures) / env.calls if env.calls else None for env in environments]
 
 
+# %% [markdown]
+# A penalty for calls beyond `--tool_call_budget`, down to -1.0, so that calling tools in a loop does not pay.
+# %%
 def tool_budget_penalty(environments, **kwargs) -> list[float]:
     """0.0 up to the budget (--tool_call_budget), then -1/budget per extra call, down to -1.0."""
     return [-min(1.0, max(0, env.calls - env.budget) / max(1, env.budget)) for env in environments]
 
 
+# %% [markdown]
+# Turn-level credit, 0.5 per tool call that ran, capped at 1.0, for using the tools at all.
+# %%
 def successful_call_credit(environments, **kwargs) -> list[float]:
     """0.5 per tool call that ran, capped at 1.0: turn-level credit for using tools well."""
     return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
 
 
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above; keep the tool terms together below a correct answer.
+# %%
 # (reward function, weight). A correct answer pays 1.0; every tool term together pays at most
 # 0.4 (tests/test_grpo_tools.py checks the cap), so tool use never outweighs being right.
 RUBRIC = [
@@ -602,6 +670,11 @@ RUBRIC = [
 ]
 
 
+# %% [markdown]
+# ## Trainer
+# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
+# change here.
+# %%
 # =====================================================================================
 # TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
 # =====================================================================================
@@ -733,7 +806,11 @@ def format_trajectory(completion) -> str:
     return "\n".join(lines)
 
 
-
+# %% [markdown]
+# ## Evaluation
+# Greedy multi-turn rollouts on the held-out questions with the tools enabled, scored for accuracy, tool-call
+# success and tool calls per question, before and after training.
+# %%
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
 
 
@@ -820,19 +897,21 @@ def tools_of(env: ToolEnvironment) -> list:
             if not name.startswith("_") and name != "reset" and callable(getattr(env, name))]
 
 
+# %% [markdown]
+# ## Plots
+# The total reward, each reward and the completion length against step, saved as `training_curves.png`.
+# %%
 def plot_curves(log_history: list[dict], path: Path):
     """Total reward, each reward component, and completion length against step, in one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no display needed, a notebook's backend untouched
 
     logs = [entry for entry in log_history if "reward" in entry and "step" in entry]
     if not logs:
         return None
     steps = [entry["step"] for entry in logs]
     components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    fig = Figure(figsize=(16, 4.2))
+    axes = fig.subplots(1, 3)
     axes[0].plot(steps, [entry["reward"] for entry in logs], color="black")
     axes[0].set_title("total reward (weighted sum)")
     for key in components:
@@ -846,11 +925,13 @@ def plot_curves(log_history: list[dict], path: Path):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
-
+# %% [markdown]
+# ## Training
+# `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
+# %%
 def main(argv=None):
     """Train, evaluate before and after, plot. `argv` is a list of flags; None reads sys.argv."""
     started = time.time()
@@ -912,6 +993,7 @@ def main(argv=None):
     return results
 
 
+# %% active="py"
 if __name__ == "__main__":
     try:
         main()

@@ -1,0 +1,37 @@
+# %% [markdown]
+# ## Run
+# Train and evaluate, as `python {stem}.py` does: put command-line flags in `flags`, e.g.
+# `["--max_steps", "50"]`; each run writes to a new folder, `OUTPUT_DIR`.
+# %%
+import os
+import time
+
+flags = []  # command-line flags, e.g. ["--max_steps", "50", "--learning_rate", "1e-5"]
+# A new folder for each run (or $NOTEBOOK_OUTPUT_DIR). To continue a stopped run, set OUTPUT_DIR to its folder
+# and flags to ["--resume_from_checkpoint", "last"].
+OUTPUT_DIR = os.environ.get("NOTEBOOK_OUTPUT_DIR") or time.strftime("outputs/{stem}/%Y%m%d-%H%M%S")
+results = main(["--output_dir", OUTPUT_DIR, *flags])
+
+# %% [markdown]
+# The held-out scores before and after training, also saved in `eval.json` in `OUTPUT_DIR`.
+# %%
+def number(value):
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+width = max(map(len, results["before"]), default=0) + 2
+print(f"{'held-out':<{width}}{'before':>8}{'after':>8}")
+for key, before in results["before"].items():
+    if isinstance(before, (int, float)) and key in results["after"]:
+        print(f"{key:<{width}}{number(before):>8}{number(results['after'][key]):>8}")
+
+# %% [markdown]
+# The training curves: total reward, each reward and the completion length against step.
+# %%
+from IPython.display import Image, display
+
+curves = os.path.join(OUTPUT_DIR, "training_curves.png")
+if os.path.exists(curves):
+    display(Image(filename=curves))
+else:
+    print("no training_curves.png: the run logged nothing (fewer steps than --logging_steps)")
