@@ -347,6 +347,15 @@ os._exit(128 - rc if rc < 0 else rc)
 """
 
 
+def _sandbox_python(private_fs):
+    """The interpreter the sandboxed code runs on. A virtual environment under /tmp, /var/tmp or /dev/shm
+    disappears behind the sandbox's fresh temp dirs, so there the code runs on the environment's base
+    interpreter: standard library only, the environment's packages are not importable."""
+    if private_fs and os.path.realpath(sys.prefix).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
+        return os.path.realpath(sys.executable)
+    return sys.executable
+
+
 def _run_in_sandbox(code, prefix, private_fs, drop):
     """Run `code` once in the given sandbox: (exit status, output, whether the output hit the file-size limit)."""
     scratch = tempfile.mkdtemp(prefix="run_python_")  # the code file and the output: ours, removed below
@@ -357,9 +366,10 @@ def _run_in_sandbox(code, prefix, private_fs, drop):
         limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_CPU": PYTHON_CPU_S, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
                   "RLIMIT_CORE": 0, **({"RLIMIT_NPROC": PYTHON_MAX_PROCESSES} if drop else {})}
         cfg = {"code": os.path.join(scratch, "code.py"), "work": "/tmp/work" if private_fs else f"{scratch}/work",
-               "python": sys.executable, "private_fs": private_fs, "drop": drop, "limits": limits,
+               "python": _sandbox_python(private_fs), "private_fs": private_fs, "drop": drop, "limits": limits,
                "wall": PYTHON_WALL_S, "interpreter": sorted({os.path.realpath(p) for p in (
-                   sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))})}
+                   sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
+                   if not (private_fs and os.path.realpath(p).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")))})}
         # Output goes to a file, not a pipe: RLIMIT_FSIZE caps it on disk and nothing can block on a full pipe.
         with open(os.path.join(scratch, "output"), "wb+") as out:
             proc = subprocess.Popen(  # no preexec_fn: that is unsafe with threads; the boot script does the rest
