@@ -5,6 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, run_script
+from hypothesis import given
+from hypothesis import strategies as st
 
 import grpo_tools as gt
 
@@ -169,3 +171,23 @@ def test_offline_demo_learns_to_use_the_calculator(tmp_path):
           f"{before['mean_tool_calls']:.2f} -> {after['mean_tool_calls']:.2f}, {evaluation['wall_time_seconds']} s")
     assert after["tool_call_success"] >= 0.9
     assert after["accuracy"] - before["accuracy"] >= 0.20
+
+
+def test_correctness_agrees_with_rewards_py():
+    """The inline copy in grpo_tools.py and rewards.correctness_reward give the same scores."""
+    import rewards
+    from test_math_rubric import CORRECTNESS_CASES
+
+    cases = [(c, g) for c, g, _ in CORRECTNESS_CASES] + [(t, "#### 1081") for t, _, _ in TRAJECTORIES]
+    for completion, gold in cases:
+        assert gt.correctness_reward([completion], answer=[gold]) == \
+            rewards.correctness_reward([completion], answer=[gold]), completion
+
+
+@given(text=st.text(), gold=st.text())
+def test_correctness_agrees_with_rewards_py_on_random_input(text, gold):
+    import rewards
+
+    for completion in (text, f"<answer>{text}</answer>", [{"role": "assistant", "content": text}]):
+        assert gt.correctness_reward([completion], answer=[gold]) == \
+            rewards.correctness_reward([completion], answer=[gold])
