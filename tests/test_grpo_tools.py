@@ -179,6 +179,7 @@ def test_correctness_agrees_with_rewards_py():
     from test_math_rubric import CORRECTNESS_CASES
 
     cases = [(c, g) for c, g, _ in CORRECTNESS_CASES] + [(t, "#### 1081") for t, _, _ in TRAJECTORIES]
+    cases += [("<answer>" + "7" * 60 + "</answer>", "7" * 60), ("<answer>7" + "0" * 39 + "</answer>", "7" + "0" * 39)]
     for completion, gold in cases:
         assert gt.correctness_reward([completion], answer=[gold]) == \
             rewards.correctness_reward([completion], answer=[gold]), completion
