@@ -169,8 +169,10 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     </think>. Gold: the text after '####', else the last \\boxed{} of `answer`, else all of it.
     Fast path, no math-verify: strings equal once normalised ($, spacing, \\left/\\right,
     \\dfrac, 'The answer is'), and exact arithmetic when the gold is a plain number (integer,
-    decimal, 1,000, a/b, \\frac{a}{b}). The rest goes to math-verify (`pip install math-verify`)
-    in a worker process started once and reused. Verdicts are remembered per (gold, answer), so
+    decimal, 1,000, a/b, \\frac{a}{b}); and a wrong answer when both sides are real expressions
+    in +, -, ^, \\frac, \\sqrt, \\pi and the same variables whose values differ clearly at a
+    sample point (2\\sqrt{3} vs 3\\sqrt{2}, x^2+1 vs x^2-1). The rest goes to math-verify
+    (`pip install math-verify`) in a worker process started once and reused. Verdicts are remembered per (gold, answer), so
     an answer repeated across a GRPO group costs math-verify time once.
     Time bound: math-verify's own timeouts use signal.alarm, which fails outside the main
     thread, so they are off; instead an answer not verified within `timeout_s` seconds scores
@@ -183,6 +185,7 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     """
     import atexit
     import json
+    import math
     import os
     import queue
     import re
@@ -248,6 +251,141 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 return None
             value = Fraction(numerator, denominator)
         return (-value if sign == "-" else value), decimal is not None and "." in decimal
+
+    def expression(text):  # (variables, values at 3 points) of a real +, -, ^, \frac, \sqrt, \pi expression
+        # A small grammar read the way math-verify reads it; anything else (or a value that is not
+        # a finite real number at a sample point) returns None and math-verify decides.
+        tokens = re.findall(r"\\(?:frac|sqrt|pi|cdot|times)(?![A-Za-z])|\d+(?:\.\d+)?|[a-z]|[-+^{}()]| |\S",
+                            text, re.ASCII)
+        if len(text) > 200 or any(len(t) == 1 and t not in "+-^{}() 0123456789abcknrstxyz" for t in tokens):
+            return None  # e, i, E and the like mean constants to math-verify; f(x) means a function
+        tokens, at = [t for t in tokens if t != " "], [0]
+
+        def peek():
+            return tokens[at[0]] if at[0] < len(tokens) else None
+
+        def take(expected=None):
+            token = peek()
+            if token is None or (expected is not None and token != expected):
+                raise ValueError(text)
+            at[0] += 1
+            return token
+
+        def braced():
+            take("{")
+            node = parse_sum()
+            take("}")
+            return node
+
+        def atom():
+            token = take()
+            if token == "\\frac":
+                return ("/", braced(), braced())
+            if token == "\\sqrt":
+                return ("sqrt", braced())
+            if token == "(":
+                node = parse_sum()
+                take(")")
+                return node
+            if token == "\\pi" or token.isalpha() or token[0].isdigit():
+                return token
+            raise ValueError(text)
+
+        def power():
+            base = atom()
+            if peek() != "^":
+                return base
+            take("^")
+            if peek() == "{":
+                return ("^", base, braced())
+            exponent = take()
+            if not (exponent.isalpha() or (exponent.isdigit() and len(exponent) == 1)):
+                raise ValueError(text)  # x^23 is x^2 times 3 in LaTeX: leave it to math-verify
+            return ("^", base, exponent)
+
+        def product():
+            factors = [power()]
+            while peek() not in (None, "+", "-", "}", ")"):
+                explicit = peek() in ("\\cdot", "\\times")
+                if explicit:
+                    take()
+                elif peek()[0].isdigit() or (peek() == "(" and not str(factors[-1])[0].isdigit()):
+                    raise ValueError(text)  # '2 3', 'x2', x(x+1) (a function call?): not plain products
+                factors.append(power())
+            return ("*", *factors) if len(factors) > 1 else factors[0]
+
+        def parse_sum():
+            sign = take() if peek() in ("+", "-") else "+"
+            terms = [(sign, product())]
+            while peek() in ("+", "-"):
+                terms.append((take(), product()))
+            return ("sum", *terms)
+
+        def value(node, variables):
+            if isinstance(node, str):  # a number, \pi or a variable
+                return float(node) if node[0].isdigit() else math.pi if node == "\\pi" else variables[node]
+            kind, *parts = node
+            if kind == "sum":
+                return sum(value(term, variables) * (-1 if sign == "-" else 1) for sign, term in parts)
+            if kind == "*":
+                return math.prod(value(part, variables) for part in parts)
+            if kind == "/":
+                return value(parts[0], variables) / value(parts[1], variables)
+            if kind == "sqrt":
+                return math.sqrt(value(parts[0], variables))
+            return math.pow(value(parts[0], variables), value(parts[1], variables))
+
+        try:
+            tree = parse_sum()
+            if peek() is not None:
+                return None
+            names = frozenset(t for t in tokens if t.isalpha())
+            points = [{name: 0.5 + 0.37 * offset + 0.113 * "abcknrstxyz".index(name) for name in names}
+                      for offset in (0.1, 1.3, 2.9)]  # positive: \sqrt{x} stays real
+            values = [value(tree, point) for point in points]
+        except (ValueError, ArithmeticError, RecursionError, TypeError):
+            return None
+        return (names, values) if all(math.isfinite(v) for v in values) else None
+
+    def shape(text):  # ('set', values) for \{a,b\}, ('(]', endpoints) for an interval, ('', expression)
+        if text.startswith("\\{") and text.endswith("\\}"):
+            kind, inner = "set", text[2:-2]
+        elif text[:1] in ("(", "[") and text[-1:] in (")", "]"):
+            kind, inner = text[0] + text[-1], text[1:-1]
+        else:
+            return "", expression(text)
+        items, depth, start = [], 0, 0
+        for position, char in enumerate(inner + ","):
+            depth += (char in "{([") - (char in "})]")
+            if depth < 0:
+                break
+            if char == "," and depth == 0:
+                items.append(expression(inner[start:position]))
+                start = position + 1
+        if depth != 0 or (kind != "set" and len(items) == 1):  # not a list: (x+1) is an expression
+            return "", expression(text)
+        if any(item is None or item[0] for item in items):
+            return None  # a variable or something unread inside: math-verify decides
+        values = [item[1][0] for item in items]
+        if kind != "set" and (len(values) != 2 or not values[0] < values[1] - 1e-4 * max(1.0, abs(values[1]))):
+            return None  # tuples, empty or reversed intervals: math-verify decides
+        return kind, values
+
+    def clearly_different(gold, pred):  # values far apart, or intervals with other brackets
+        if gold is None or pred is None or gold[1] is None or pred[1] is None:
+            return False
+        (gold_kind, gold_value), (pred_kind, pred_value) = gold, pred
+        apart = lambda g, p: abs(g - p) > 1e-4 * max(1.0, abs(g), abs(p))
+        if gold_kind == pred_kind == "":  # expressions in the same variables, apart at a sample point
+            return gold_value[0] == pred_value[0] and any(map(apart, gold_value[1], pred_value[1]))
+        if gold_kind == pred_kind == "set":  # one has a value the other lacks ({3} = 3: not decided here)
+            return any(all(apart(g, p) for p in pred_value) for g in gold_value) or \
+                any(all(apart(g, p) for g in gold_value) for p in pred_value)
+        if "set" in (gold_kind, pred_kind) or not gold_kind:
+            return False
+        if pred_kind:  # two intervals
+            return pred_kind != gold_kind or any(map(apart, gold_value, pred_value))
+        return not pred_value[0]  # a number is not an interval
 
     def predicted(text):  # the answer text, or None when there is no single answer
         if "<answer>" in text or "</answer>" in text:
@@ -366,6 +504,8 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 scores.append(math_verify(gold, pred))  # near-equal decimals: math-verify's rounding rules
             else:
                 scores.append(0.0)
+        elif clearly_different(shape(gold), shape(pred)):
+            scores.append(0.0)  # real values far apart at a sample point: math-verify says 0 too
         else:
             scores.append(math_verify(gold, pred))
     return scores

@@ -14,12 +14,14 @@
     into those the fast path decides and those it sends to math-verify; then on GRPO-style
     groups (8 answers per question, with repeats).
 Everything is generated from a fixed seed. Both sides start each timed run cold: math-verify's
-parse caches and the reward's remembered verdicts are cleared (repeats within a run still hit
-them, as in training). Timings are the best of 5 (correctness_reward), 3 (symbolic reward) or 2
+parse caches and the reward's remembered verdicts are cleared, and the reward gets a fresh
+math-verify worker, started and warmed up on other answers outside the timing (repeats within a
+run still hit the caches, as in training). Timings are the best of 5 (correctness_reward), 3 (symbolic reward) or 2
 (math-verify, TRL) runs.
 """
 
 import datetime
+import functools
 import json
 import logging
 import os
@@ -119,10 +121,11 @@ def clear_math_verify_caches():
         getattr(getattr(parser, name, None), "cache_clear", lambda: None)()
 
 
-def best_of(runs: int, func) -> float:
+def best_of(runs: int, func, setup=lambda: None) -> float:
     """The fastest of `runs` calls, in seconds: the least disturbed by other work on the machine."""
     times = []
     for _ in range(runs):
+        setup()  # untimed
         start = time.perf_counter()
         func()
         times.append(time.perf_counter() - start)
@@ -198,17 +201,18 @@ def mixed_question(rng: random.Random) -> tuple:
                    f"\\frac{{{num + 1}}}{{{den}}}", f"{den}/{num}"]
         return "fraction", gold, answers, [2, 1, 1, 1, 1, 1]
     k, m = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7])
-    forms = [  # (gold, same value in another spelling, a wrong answer)
-        (f"{k}\\sqrt{{{m}}}", f"{k} \\sqrt{{{m}}}", f"{k + 1}\\sqrt{{{m}}}"),
-        (f"\\frac{{\\sqrt{{{m}}}}}{{{k}}}", f"\\dfrac{{\\sqrt{{{m}}}}}{{{k}}}", f"\\frac{{\\sqrt{{{m}}}}}{{{k + 1}}}"),
-        (f"{k}\\pi", f"{k} \\pi", f"{k + 1}\\pi"),
-        (f"\\frac{{\\pi}}{{{k}}}", f"\\dfrac{{\\pi}}{{{k}}}", f"\\frac{{\\pi}}{{{k + 1}}}"),
-        (f"x^2+{k}x+{m}", f"x^2 + {k}x + {m}", f"x^2+{m}x+{k}"),
-        (f"({k},{k + m}]", f"({k}, {k + m}]", f"[{k},{k + m}]"),
-        (f"\\{{{k},{k + m}\\}}", f"\\{{{k}, {k + m}\\}}", f"\\{{{k},{k + m + 1}\\}}"),
+    forms = [  # (gold, the same with other spacing, the same value written differently, a wrong answer)
+        (f"{k}\\sqrt{{{m}}}", f"{k} \\sqrt{{{m}}}", f"\\sqrt{{{k * k * m}}}", f"{k + 1}\\sqrt{{{m}}}"),
+        (f"\\frac{{\\sqrt{{{m}}}}}{{{k}}}", f"\\dfrac{{\\sqrt{{{m}}}}}{{{k}}}", f"\\frac{{1}}{{{k}}}\\sqrt{{{m}}}",
+         f"\\frac{{\\sqrt{{{m}}}}}{{{k + 1}}}"),
+        (f"{k}\\pi", f"{k} \\pi", f"\\frac{{{2 * k}\\pi}}{{2}}", f"{k + 1}\\pi"),
+        (f"\\frac{{\\pi}}{{{k}}}", f"\\dfrac{{\\pi}}{{{k}}}", f"\\frac{{1}}{{{k}}}\\pi", f"\\frac{{\\pi}}{{{k + 1}}}"),
+        (f"x^2+{k}x+{m}", f"x^2 + {k}x + {m}", f"x(x+{k})+{m}", f"x^2+{m}x+{k}"),
+        (f"({k},{k + m}]", f"({k}, {k + m}]", f"(\\frac{{{2 * k}}}{{2}},{k + m}]", f"[{k},{k + m}]"),
+        (f"\\{{{k},{k + m}\\}}", f"\\{{{k}, {k + m}\\}}", f"\\{{{k + m},{k}\\}}", f"\\{{{k},{k + m + 1}\\}}"),
     ]
-    gold, same, wrong = rng.choice(forms)
-    return "latex", gold, [gold, same, wrong], [6, 2, 2]  # models mostly learn the gold's spelling
+    gold, same, equivalent, wrong = rng.choice(forms)
+    return "latex", gold, [gold, same, equivalent, wrong], [5, 2, 1, 2]  # models mostly copy the gold's style
 
 
 def mixed_pairs(rng: random.Random, size: int = 1000) -> list:
@@ -234,7 +238,11 @@ def bench_symbolic(rng: random.Random) -> dict:
 
     pairs = mixed_pairs(rng)
     start = time.perf_counter()
-    rewards.symbolic_correctness_reward(["<answer>x</answer>"], answer=["x^2+1"])  # starts the math-verify worker
+    start_worker = functools.partial(rewards.symbolic_correctness_reward, ["<answer>(1,2)</answer>"],
+                                     answer=["\\{1,2\\}"])  # a pair only math-verify decides
+    start_worker()
+    warm_up = [(kind, gold, answer) for _ in range(100) for kind, gold, answers, _ in [mixed_question(random.Random(
+        f"warm-up {_}"))] if kind == "latex" for answer in answers]  # every LaTeX form, none of the pairs timed
     worker_start_seconds = time.perf_counter() - start
     verify(parse("\\boxed{x}"), parse("\\boxed{x}"))  # warm-up in this process too
     remembered = rewards.symbolic_correctness_reward._math_verify_worker.setdefault("verdicts", {})
@@ -245,11 +253,19 @@ def bench_symbolic(rng: random.Random) -> dict:
         completions = [f"<reasoning>\n...\n</reasoning>\n<answer>\n{answer}\n</answer>" for _, _, answer in subset]
         golds = [gold for _, gold, _ in subset]
 
+        def fresh_worker():  # empty parse caches, as in this process, but warmed up like a long run's worker
+            worker = rewards.symbolic_correctness_reward._math_verify_worker
+            worker["process"].kill()
+            worker["process"].wait()
+            worker["process"] = None
+            rewards.symbolic_correctness_reward([f"<answer>{answer}</answer>" for _, _, answer in warm_up],
+                                                answer=[gold for _, gold, _ in warm_up])
+
         def ours_cold():  # forget earlier verdicts: every answer is new, as for plain math-verify
             remembered.clear()
             return rewards.symbolic_correctness_reward(completions, answer=golds)
 
-        ours_seconds = best_of(3, ours_cold)
+        ours_seconds = best_of(3, ours_cold, setup=fresh_worker)
         ours = ours_cold()
         def math_verify_cold():
             clear_math_verify_caches()

@@ -6,6 +6,8 @@ import doctest
 import http.server
 import inspect
 import json
+import random
+import re
 import socket
 import subprocess
 import sys
@@ -431,6 +433,16 @@ MIXED = [  # (gold, answer): numbers, fractions, LaTeX; right and wrong
     ("x^2+1", "x^2-1"), ("(1,2]", "(1, 2]"), ("(1,2]", "[1,2]"), ("\\{1,2\\}", "\\{2,1\\}"),
     ("\\sqrt{8}", "2\\sqrt{2}"),
     ("\\infty", "\\infty"), ("10^{6}", "1000000"), ("e^{2}", "e^2"),
+    # expressions, intervals and sets the fast path reads itself (wrong answers) or leaves to math-verify
+    ("2\\sqrt{3}", "3\\sqrt{2}"), ("2\\sqrt{3}", "\\sqrt{12}"), ("2\\sqrt{3}", "3.46"), ("2\\sqrt{3}", "3.464102"),
+    ("\\frac{\\pi}{3}", "\\frac{\\pi}{4}"), ("x(x+1)", "x^2+x"), ("x^2+3x+5", "x^2+5x+3"), ("2x", "2y"),
+    ("x^{2}-1", "(x-1)(x+1)"), ("\\sqrt{2}^2", "3"), ("2^{10}", "1023"), ("2^{10}", "1024"),
+    ("(3,8]", "[3,8]"), ("(3,8]", "(3,9]"), ("(3,8]", "5"), ("(3,8)", "(3,9)"), ("(3,8)", "[3,8)"), ("(3,8)", "3,8"),
+    ("(3,3]", "(4,4]"), ("(1,2)", "(2,1)"), ("(x+1)", "x+2"), ("(0,\\pi)", "(0,3.14)"),
+    ("[-\\frac{1}{2},\\sqrt{2}]", "[-0.5,\\sqrt{3}]"), ("[-\\frac{1}{2},\\sqrt{2}]", "[-0.5,\\sqrt{2}]"),
+    ("\\{3,8\\}", "\\{3,9\\}"), ("\\{3,8\\}", "\\{8,3\\}"), ("\\{3,3\\}", "\\{3\\}"), ("\\{3\\}", "3"),
+    ("\\{1,2\\}", "\\{1,2,3\\}"), ("\\{1,2\\}", "(1,2)"), ("[1,2]", "\\{1,2\\}"), ("\\{1,-2\\}", "\\{1,2\\}"),
+    ("\\{\\frac{1}{2},3\\}", "\\{0.6,3\\}"), ("(1,2),(3,4)", "(1,2),(3,5)"),
 ]
 
 
@@ -444,6 +456,65 @@ def test_fast_path_gives_math_verify_verdicts():
         verdicts[(gold, answer)] = (ours, float(theirs))
     assert {pair: both for pair, both in verdicts.items() if both[0] != both[1]} == {}
     assert sorted(set(verdicts.values())) == [(0.0, 0.0), (1.0, 1.0)]  # both verdicts occur
+
+
+def random_latex(rng, depth=0):
+    """A random expression of numbers, x, y, \\pi, \\frac, \\sqrt, powers, products and sums."""
+    def atom():
+        roll = rng.random()
+        if depth > 1 or roll < 0.4:
+            return rng.choice([str(rng.randint(1, 12)), f"{rng.randint(1, 9)}.{rng.randint(0, 9)}", "x", "y", "\\pi"])
+        inner = lambda: random_latex(rng, depth + 1)
+        return rng.choice([f"\\frac{{{inner()}}}{{{inner()}}}", f"\\sqrt{{{inner()}}}", f"({inner()})",
+                           atom() + "^" + rng.choice(["2", "3", "{2}", "n", "{" + inner() + "}"])])
+
+    def term():
+        return atom() + "".join(rng.choice(["", " ", "\\cdot ", "\\times "]) + atom()
+                                for _ in range(rng.choice([0, 0, 1])))
+    return rng.choice(["", "", "-"]) + term() + "".join(rng.choice(["+", "-", " + "]) + term()
+                                                        for _ in range(rng.choice([0, 1, 1])))
+
+
+def test_fast_path_agrees_with_math_verify_on_random_expressions():
+    """Wrong answers the fast path rejects are wrong to math-verify too (and right ones still pass)."""
+    from math_verify import parse, verify
+
+    rng, differences, wrong = random.Random(7), [], 0
+    edits = [lambda s: s, lambda s: s.replace("2", "3", 1), lambda s: s + "+1", lambda s: s.replace("x", "y", 1),
+             lambda s: s.replace("+", "-", 1), lambda s: random_latex(rng)]
+    while wrong < 60:  # about as many right answers come along
+        gold = random_latex(rng)
+        answer = rng.choice(edits)(gold)
+        if re.search(r"[0-9] [0-9.]", gold + " " + answer) or max(len(gold), len(answer)) > 60:
+            continue  # sprayed numbers score 0 on purpose; long ones make sympy slow
+        ours = rewards.symbolic_correctness_reward([wrap(answer)], answer=[gold], timeout_s=3)[0]
+        theirs = float(verify(parse("\\boxed{" + gold + "}", parsing_timeout=3),
+                              parse("\\boxed{" + answer + "}", parsing_timeout=3), timeout_seconds=3))
+        wrong += ours == 0.0
+        if ours != theirs:
+            differences.append((gold, answer, ours, theirs))
+    assert differences == []
+
+
+def test_fast_path_decides_wrong_expressions_without_math_verify(monkeypatch):
+    import subprocess
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("math-verify's worker was asked")
+
+    state = rewards.symbolic_correctness_reward.__dict__.pop("_math_verify_worker", None)
+    monkeypatch.setattr(subprocess, "Popen", no_worker)
+    try:
+        pairs = [("2\\sqrt{3}", "3\\sqrt{2}"), ("x^2+3x+5", "x^2+5x+3"), ("\\frac{\\pi}{3}", "\\frac{\\pi}{4}"),
+                 ("(3,8]", "[3,8]"), ("(3,8]", "(3,9]"), ("\\{3,8\\}", "\\{3,9\\}"), ("(3,8]", "5")]
+        assert rewards.symbolic_correctness_reward([wrap(a) for _, a in pairs], answer=[g for g, _ in pairs]) == \
+            [0.0] * len(pairs)
+        with pytest.raises(AssertionError, match="worker was asked"):  # equal values: math-verify decides
+            rewards.symbolic_correctness_reward([wrap("\\sqrt{12}")], answer=["2\\sqrt{3}"])
+    finally:
+        rewards.symbolic_correctness_reward.__dict__.pop("_math_verify_worker", None)
+        if state is not None:
+            rewards.symbolic_correctness_reward._math_verify_worker = state
 
 
 def test_time_is_bounded_from_a_worker_thread():
