@@ -66,6 +66,7 @@ from pathlib import Path
 
 import torch
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.models import unwrap_model_for_generation
 
 
 def arg(default, help):
@@ -149,6 +150,8 @@ class RecipeConfig(GRPOConfig):
         self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+                self.use_cpu = True                          # not N unaware copies of a one-process run
         if self.output_dir is None:
             if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
                 self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
@@ -527,30 +530,35 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int) -> dict:
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"  # generate() continues from the right end of each row
-    rows = list(range(len(dataset)))
-    completions = []
-    with accelerator.split_between_processes(rows) as my_rows:  # each process scores a share
+    answered, rows = [], list(range(len(dataset)))
+    # Each process answers an equal share (short shares padded with repeats), so that all of them call
+    # generate() equally often, as ZeRO-3 and FSDP need; under ZeRO-3 the unwrap gathers the weights.
+    with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as generator:
         for start in range(0, len(my_rows), batch_size):
-            batch = dataset.select(my_rows[start:start + batch_size])
+            batch_rows = my_rows[start:start + batch_size]
+            batch = dataset.select(batch_rows)
             texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
                      for p in batch["prompt"]]
             inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.autocast(model.device.type, dtype=torch.bfloat16 if trainer.args.bf16 else torch.float16,
                                 enabled=trainer.args.bf16 or trainer.args.fp16):
-                output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                        pad_token_id=tokenizer.pad_token_id)
+                output = generator.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                            pad_token_id=tokenizer.pad_token_id)
             new_tokens = output[:, inputs["input_ids"].shape[1]:]
-            completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            answered += zip(batch_rows, tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     from accelerate.utils import gather_object
 
-    completions = gather_object(completions)
+    per_process = gather_object([len(my_rows)])
+    by_row = dict(gather_object(answered))  # the padding repeats rows: one answer per row
+    completions = [by_row[row] for row in rows]
     model.train(was_training)
     tokenizer.padding_side = padding_side
-    answers = dataset["answer"][: len(completions)]
-    correct = correctness_reward(completions, answers)
+    correct = correctness_reward(completions, dataset["answer"])
     formatted = strict_format_reward(completions)
     return {"accuracy": sum(correct) / len(correct), "format_rate": sum(formatted) / len(formatted),
-            "num_examples": len(correct), "sample_completion": completions[0]}
+            "num_examples": len(correct), "questions_per_process": per_process, "sample_completion": completions[0]}
 
 
 # %% [markdown]
@@ -626,6 +634,7 @@ def main(argv=None):
         results["model"] = model_args.model_name_or_path
         results["dataset"] = script_args.dataset_name
         results["global_step"] = trainer.state.global_step
+        results["num_processes"] = trainer.accelerator.num_processes
         results["wall_time_seconds"] = round(time.time() - started, 1)
         (output_dir / "eval.json").write_text(json.dumps(results, indent=2))
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
@@ -634,6 +643,7 @@ def main(argv=None):
             for key in ("accuracy", "format_rate"):
                 print(f"{key:<12}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
+    trainer.accelerator.wait_for_everyone()  # the main process wrote the results: now all leave together
     if hasattr(trainer, "end"):
         trainer.end()  # closes trackers and the process group
     return results

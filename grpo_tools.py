@@ -73,6 +73,7 @@ from pathlib import Path
 
 import torch
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.models import unwrap_model_for_generation
 
 
 def arg(default, help):
@@ -152,6 +153,8 @@ class RecipeConfig(GRPOConfig):
         self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+                self.use_cpu = True                          # not N unaware copies of a one-process run
         if self.output_dir is None:
             if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
                 self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
@@ -856,22 +859,30 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     model.eval()
     tokenizer.padding_side = "left"  # generate() continues from the right end of each row
     results = []
-    with accelerator.split_between_processes(list(range(len(dataset)))) as my_rows:  # each process a share
+    # Each process answers an equal share (short shares padded with repeats) and runs as many tool
+    # rounds as the busiest one, so that all of them call generate() equally often, as ZeRO-3 and
+    # FSDP need; under ZeRO-3 the unwrap gathers the sharded weights.
+    rows = list(range(len(dataset)))
+    with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as generator:
         for start in range(0, len(my_rows), batch_size):
-            batch = dataset.select(my_rows[start:start + batch_size])
+            batch_rows = my_rows[start:start + batch_size]
+            batch = dataset.select(batch_rows)
             conversations = [list(prompt) for prompt in batch["prompt"]]
             envs = [ToolEnvironment() for _ in conversations]
             for env in envs:
                 env.reset()
             active = list(range(len(conversations)))
             for round_number in range(max_rounds + 1):
+                asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
                 texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
-                                                       add_generation_prompt=True, tokenize=False) for i in active]
+                                                       add_generation_prompt=True, tokenize=False) for i in asked]
                 inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
                 with torch.autocast(model.device.type, dtype=torch.bfloat16 if trainer.args.bf16 else torch.float16,
                                     enabled=trainer.args.bf16 or trainer.args.fp16):
-                    output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                            pad_token_id=tokenizer.pad_token_id)
+                    output = generator.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                                pad_token_id=tokenizer.pad_token_id)
                 replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
                 still_active = []
                 for i, reply in zip(active, replies):
@@ -882,13 +893,15 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
                         conversations[i] += messages
                         still_active.append(i)
                 active = still_active
-                if not active:
-                    break
-            for conversation, env in zip(conversations, envs):
-                results.append((conversation, env.calls, env.failures))
+                if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
+                    break  # every process is done
+            for row, conversation, env in zip(batch_rows, conversations, envs):
+                results.append((row, (conversation, env.calls, env.failures)))
     from accelerate.utils import gather_object
 
-    results = gather_object(results)
+    per_process = gather_object([len(my_rows)])
+    by_row = dict(gather_object(results))  # the padding repeats rows: one result per row
+    results = [by_row[row] for row in rows]
     model.train(was_training)
     tokenizer.padding_side = padding_side
     trajectories = [conversation[len(prompt):] for (conversation, _, _), prompt in zip(results, dataset["prompt"])]
@@ -898,7 +911,8 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     return {"accuracy": sum(correct) / len(correct),
             "tool_call_success": (calls - failures) / calls if calls else 0.0,
             "mean_tool_calls": calls / len(results),
-            "num_examples": len(results), "sample_trajectory": trajectories[0]}
+            "num_examples": len(results), "questions_per_process": per_process,
+            "sample_trajectory": trajectories[0]}
 
 
 def tools_of(env: ToolEnvironment) -> list:
@@ -990,6 +1004,7 @@ def main(argv=None):
         results["model"] = model_args.model_name_or_path
         results["dataset"] = script_args.dataset_name
         results["global_step"] = trainer.state.global_step
+        results["num_processes"] = trainer.accelerator.num_processes
         results["wall_time_seconds"] = round(time.time() - started, 1)
         (output_dir / "eval.json").write_text(json.dumps(results, indent=2))
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
@@ -998,6 +1013,7 @@ def main(argv=None):
             for key in ("accuracy", "tool_call_success", "mean_tool_calls"):
                 print(f"{key:<18}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
+    trainer.accelerator.wait_for_everyone()  # the main process wrote the results: now all leave together
     if hasattr(trainer, "end"):
         trainer.end()  # closes trackers and the process group
     return results
