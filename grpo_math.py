@@ -29,9 +29,13 @@ Run it
     python grpo_math.py --use_peft --load_in_4bit        # QLoRA (needs `pip install bitsandbytes`)
     python grpo_math.py --use_vllm                       # faster generation (needs `pip install vllm`)
     python grpo_math.py --config my_run.yaml             # any flag below, from a YAML file
-    accelerate launch --num_processes 4 grpo_math.py     # several GPUs (data parallel)
+    accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_math.py
+        # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
+    torchrun --nproc_per_node 2 grpo_math.py          # two processes on CPU: tries the launch path
     python grpo_math.py --help                           # every flag: this script's and all of GRPOConfig's
 From Python or a notebook: `import grpo_math; grpo_math.main(["--max_steps", "10"])`.
+Several machines: the accelerate line on each, plus `--num_machines 2 --num_processes 16
+--machine_rank 0|1 --main_process_ip IP --main_process_port 29500` before the script name.
 vLLM server mode: `trl vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct` on one GPU, then
 `CUDA_VISIBLE_DEVICES=1 python grpo_math.py --use_vllm --vllm_mode server` on another.
 

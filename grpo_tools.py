@@ -29,9 +29,13 @@ Run it
     python grpo_tools.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on GSM8K with tools
     python grpo_tools.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_tools.py --config my_run.yaml             # any flag, from a YAML file
-    accelerate launch --num_processes 4 grpo_tools.py     # several GPUs (data parallel)
+    accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_tools.py
+        # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
+    torchrun --nproc_per_node 2 grpo_tools.py         # two processes on CPU: tries the launch path
     python grpo_tools.py --help                           # every flag
 From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "10"])`.
+Several machines: the accelerate line on each, plus `--num_machines 2 --num_processes 16
+--machine_rank 0|1 --main_process_ip IP --main_process_port 29500` before the script name.
 
 What to expect
     CPU demo (measured, 2 cores): the tiny model starts out guessing (held-out accuracy 0.00,
