@@ -172,8 +172,9 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     decimal, 1,000, a/b, \\frac{a}{b}); and a wrong answer when both sides are real expressions
     in +, -, ^, \\frac, \\sqrt, \\pi and the same variables whose values differ clearly at a
     sample point (2\\sqrt{3} vs 3\\sqrt{2}, x^2+1 vs x^2-1). The rest goes to math-verify
-    (`pip install math-verify`) in a worker process started once and reused. Verdicts are remembered per (gold, answer), so
-    an answer repeated across a GRPO group costs math-verify time once.
+    (`pip install math-verify`) in a worker process started once and reused. Verdicts are
+    remembered per (gold, answer), so an answer repeated across a GRPO group costs math-verify
+    time once.
     Time bound: math-verify's own timeouts use signal.alarm, which fails outside the main
     thread, so they are off; instead an answer not verified within `timeout_s` seconds scores
     0.0 and the worker is killed (restarted when next needed, ~1 s). This holds in any thread.

@@ -1,6 +1,6 @@
 """Benchmark: the real-size footprint of grpo_math.py on its default model, Qwen2.5-0.5B-Instruct.
 
-    nice -n 10 python benchmarks/bench_footprint.py   # no GPU: 9-12 min on 2 busy cores; writes results/footprint.json
+    python benchmarks/bench_footprint.py   # no GPU: ~3 min on 2 idle cores; writes results/footprint.json
     python benchmarks/bench_footprint.py              # CUDA GPU: also the GPU's peak memory, at the recipe's lengths
 
 No download: the model is Qwen2.5-0.5B-Instruct's architecture, built from its published config
@@ -73,7 +73,7 @@ PUBLISHED_PARAMETERS = 0.49e9
 PUBLISHED_NON_EMBEDDING_PARAMETERS = 0.36e9
 
 # Per device: the defaults of --steps, --max_completion_length and --gradient_accumulation_steps.
-# CPU: 2 steps (one warm-up, one measured) of 32 tokens keep both variants near 10 min on 2 busy cores:
+# CPU: 2 steps (one warm-up, one measured) of 32 tokens keep both variants near 3 min on 2 idle cores:
 # a full fine-tuning step of 8 x ~95 tokens is ~2.5 TFLOP there (forward, backward, checkpointing
 # recompute). Per-step time grows about linearly with prompt + completion tokens. CUDA: the recipe's own lengths
 # (grpo_math.py's max_completion_length 256, gradient_accumulation_steps 4), so a GPU run fills

@@ -173,7 +173,8 @@ def main(argv=None):
         reached = result["reached"]
         steps = f"{reached['step']}" if reached else f">{args.max_steps}"
         seconds = f"{reached['train_seconds']:.0f}" if reached else f">{result['train_seconds']:.0f}"
-        print(f"    {name:<14}{result['points'][0]['accuracy']:7.2f}{result['final_accuracy']:7.2f}{steps:>8}{seconds:>9}")
+        start = result["points"][0]["accuracy"]
+        print(f"    {name:<14}{start:7.2f}{result['final_accuracy']:7.2f}{steps:>8}{seconds:>9}")
     ratios = {}
     if "ours" in results and results["ours"]["reached"]:
         ours = results["ours"]["reached"]

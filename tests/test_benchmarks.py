@@ -1,0 +1,65 @@
+"""The overhead and recipe benchmarks: their 2025 baseline rewards, and short runs of each (no timing asserted)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, offline_env
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_recipe  # noqa: E402
+
+GOLD = "Natalia sold 24 clips in May and 72 in all.\n#### 72"
+
+
+def completion(text):
+    return [{"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # [correctness, integer, strict, soft, tag count]: the 2025 demo's rules with the quirks its
+    # users hit: no DOTALL (the soft format never matches multi-line reasoning, the strict one
+    # only one-line reasoning), the tag count's penalty on the whole text when the completion
+    # ends at </answer>, the last <answer> block winning, exact string match.
+    ("<reasoning>\n48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>\n", [2.0, 0.5, 0.5, 0.0, 0.5]),
+    ("<reasoning>\n48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>", [2.0, 0.5, 0.0, 0.0, 0.5 - 0.059 + 0.001]),
+    ("<reasoning>\nline one\nline two\n</reasoning>\n<answer>\n72\n</answer>\n", [2.0, 0.5, 0.0, 0.0, 0.5]),
+    ("<answer>73</answer><answer>72</answer>", [2.0, 0.5, 0.0, 0.0, 0.0]),
+    ("<reasoning>\nx\n</reasoning>\n<answer>\n72.0\n</answer>\n", [0.0, 0.0, 0.5, 0.0, 0.5]),
+])
+def test_2025_rewards_follow_the_original_rules(text, expected):
+    scores = [func(completions=[completion(text)], answer=[GOLD])[0] for func in bench_recipe.REWARDS_2025]
+    assert scores == pytest.approx(expected)
+
+
+def test_2025_tag_count_goes_negative_on_long_trailing_text():
+    text = "<reasoning>\nx\n</reasoning>\n<answer>\n72\n</answer>" + "z" * 846
+    assert bench_recipe.tag_count_2025(completions=[completion(text)])[0] < 0
+
+
+def run_benchmark(name, args, tmp_path):
+    out = tmp_path / f"{name}.json"
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / f"{name}.py"), *args, "--out", str(out)],
+                            capture_output=True, text=True, env=offline_env(), cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text()), result.stdout
+
+
+def test_overhead_benchmark_runs_both_sides(tmp_path):
+    report, stdout = run_benchmark("bench_overhead", ["--steps", "3", "--rounds", "1"], tmp_path)
+    assert [run["steps"] for run in report["runs"]["ours"] + report["runs"]["bare"]] == [3, 3]
+    assert report["ratio_ours_over_bare"] == pytest.approx(
+        report["seconds_per_step"]["ours"] / report["seconds_per_step"]["bare"])
+    assert "ratio ours / bare per step" in stdout
+
+
+def test_recipe_benchmark_scores_each_arm(tmp_path):
+    report, stdout = run_benchmark("bench_recipe", ["--max_steps", "2", "--eval_every", "1", "--arms", "ours,2025",
+                                                    "--target", "0.01"], tmp_path)
+    for arm in ("ours", "2025"):
+        points = report["arms"][arm]["points"]
+        assert [point["step"] for point in points] == [0, 1, 2]
+        assert report["arms"][arm]["reached"] == points[0]  # the start already beats a target of 0.01
+    assert points[0]["accuracy"] == report["arms"]["ours"]["points"][0]["accuracy"]  # same model, same questions
+    assert "steps and training time" in stdout
