@@ -169,9 +169,10 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     </think>. Gold: the text after '####', else the last \\boxed{} of `answer`, else all of it.
     Fast path, no math-verify: strings equal once normalised ($, spacing, \\left/\\right,
     \\dfrac, 'The answer is'), and exact arithmetic when the gold is a plain number (integer,
-    decimal, 1,000, a/b, \\frac{a}{b}); and a wrong answer when both sides are real expressions
-    in +, -, ^, \\frac, \\sqrt, \\pi and the same variables whose values differ clearly at a
-    sample point (2\\sqrt{3} vs 3\\sqrt{2}, x^2+1 vs x^2-1). The rest goes to math-verify
+    decimal, 1,000, a/b, \\frac{a}{b}); and, when both sides are real expressions in +, -, ^,
+    \\frac, \\sqrt, \\pi (or sets or intervals of them), values computed in floats: apart at a
+    sample point is wrong (2\\sqrt{3} vs 3\\sqrt{2}, x^2+1 vs x^2-1, (1,2] vs [1,2]), equal
+    constants are right (\\sqrt{12} for 2\\sqrt{3}). The rest goes to math-verify
     (`pip install math-verify`) in a worker process started once and reused. Verdicts are
     remembered per (gold, answer), so an answer repeated across a GRPO group costs math-verify
     time once.
@@ -322,7 +323,13 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 terms.append((take(), product()))
             return ("sum", *terms)
 
-        def value(node, variables):
+        def value(node, variables):  # in floats; ValueError once a magnitude passes 1e9
+            result = compute(node, variables)
+            if not abs(result) <= 1e9:  # beyond it, float rounding could turn 10^{20}+1-10^{20} into 0
+                raise ValueError(text)
+            return result
+
+        def compute(node, variables):
             if isinstance(node, str):  # a number, \pi or a variable
                 return float(node) if node[0].isdigit() else math.pi if node == "\\pi" else variables[node]
             kind, *parts = node
@@ -372,21 +379,38 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
             return None  # tuples, empty or reversed intervals: math-verify decides
         return kind, values
 
-    def clearly_different(gold, pred):  # values far apart, or intervals with other brackets
+    def fast_verdict(gold, pred):  # 1.0 or 0.0 when the values settle it, else None (math-verify decides)
         if gold is None or pred is None or gold[1] is None or pred[1] is None:
-            return False
+            return None
         (gold_kind, gold_value), (pred_kind, pred_value) = gold, pred
-        apart = lambda g, p: abs(g - p) > 1e-4 * max(1.0, abs(g), abs(p))
-        if gold_kind == pred_kind == "":  # expressions in the same variables, apart at a sample point
-            return gold_value[0] == pred_value[0] and any(map(apart, gold_value[1], pred_value[1]))
-        if gold_kind == pred_kind == "set":  # one has a value the other lacks ({3} = 3: not decided here)
-            return any(all(apart(g, p) for p in pred_value) for g in gold_value) or \
-                any(all(apart(g, p) for g in gold_value) for p in pred_value)
+
+        def apart(g, p):  # unequal at any precision math-verify compares with
+            return abs(g - p) > 1e-4 * max(1.0, abs(g), abs(p))
+
+        def same(g, p):  # equal to float rounding, for values small enough that floats tell integers apart
+            return max(abs(g), abs(p)) < 1e6 and abs(g - p) <= 1e-12 * max(abs(g), abs(p))
+
+        if gold_kind == pred_kind == "":  # expressions in the same variables
+            if gold_value[0] != pred_value[0]:
+                return None
+            if any(map(apart, gold_value[1], pred_value[1])):
+                return 0.0
+            constants = not gold_value[0]  # with variables, equal at 3 points is not equal everywhere
+            return 1.0 if constants and all(map(same, gold_value[1], pred_value[1])) else None
+        if gold_kind == pred_kind == "set":  # {3} = 3 to math-verify: only sets against sets here
+            if any(all(apart(g, p) for p in pred_value) for g in gold_value) or \
+                    any(all(apart(g, p) for g in gold_value) for p in pred_value):
+                return 0.0  # one has a value the other lacks
+            matched = all(any(same(g, p) for p in pred_value) for g in gold_value) and \
+                all(any(same(g, p) for g in gold_value) for p in pred_value)
+            return 1.0 if matched else None
         if "set" in (gold_kind, pred_kind) or not gold_kind:
-            return False
+            return None
         if pred_kind:  # two intervals
-            return pred_kind != gold_kind or any(map(apart, gold_value, pred_value))
-        return not pred_value[0]  # a number is not an interval
+            if pred_kind != gold_kind or any(map(apart, gold_value, pred_value)):
+                return 0.0
+            return 1.0 if all(map(same, gold_value, pred_value)) else None
+        return None if pred_value[0] else 0.0  # a number is not an interval
 
     def predicted(text):  # the answer text, or None when there is no single answer
         if "<answer>" in text or "</answer>" in text:
@@ -505,8 +529,8 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 scores.append(math_verify(gold, pred))  # near-equal decimals: math-verify's rounding rules
             else:
                 scores.append(0.0)
-        elif clearly_different(shape(gold), shape(pred)):
-            scores.append(0.0)  # real values far apart at a sample point: math-verify says 0 too
+        elif (verdict := fast_verdict(shape(gold), shape(pred))) is not None:
+            scores.append(verdict)  # values far apart (or equal constants): math-verify would say the same
         else:
             scores.append(math_verify(gold, pred))
     return scores

@@ -1,6 +1,6 @@
 """Benchmark: rewards.py's correctness rewards against math-verify, on the same synthetic completions.
 
-    python benchmarks/bench_rewards.py        # ~20 s on 2 CPU cores; prints a table, writes results/rewards.json
+    python benchmarks/bench_rewards.py        # ~1 min on 2 CPU cores; prints a table, writes results/rewards.json
 
 (a) correctness_reward vs TRL's accuracy_reward (math-verify) on GSM8K-style completions. TRL's
     reward does not look for <answer> blocks: it gets the content of the completion's one

@@ -496,7 +496,7 @@ def test_fast_path_agrees_with_math_verify_on_random_expressions():
     assert differences == []
 
 
-def test_fast_path_decides_wrong_expressions_without_math_verify(monkeypatch):
+def test_fast_path_decides_values_without_math_verify(monkeypatch):
     import subprocess
 
     def no_worker(*args, **kwargs):
@@ -509,8 +509,12 @@ def test_fast_path_decides_wrong_expressions_without_math_verify(monkeypatch):
                  ("(3,8]", "[3,8]"), ("(3,8]", "(3,9]"), ("\\{3,8\\}", "\\{3,9\\}"), ("(3,8]", "5")]
         assert rewards.symbolic_correctness_reward([wrap(a) for _, a in pairs], answer=[g for g, _ in pairs]) == \
             [0.0] * len(pairs)
-        with pytest.raises(AssertionError, match="worker was asked"):  # equal values: math-verify decides
-            rewards.symbolic_correctness_reward([wrap("\\sqrt{12}")], answer=["2\\sqrt{3}"])
+        same = [("2\\sqrt{3}", "\\sqrt{12}"), ("\\frac{\\pi}{3}", "\\frac{1}{3}\\pi"), ("(2,5]", "(\\frac{4}{2},5]"),
+                ("\\{2,5\\}", "\\{5,2\\}")]
+        assert rewards.symbolic_correctness_reward([wrap(a) for _, a in same], answer=[g for g, _ in same]) == \
+            [1.0] * len(same)
+        with pytest.raises(AssertionError, match="worker was asked"):  # equal at sample points only: math-verify
+            rewards.symbolic_correctness_reward([wrap("(x+1)^2")], answer=["x^2+2x+1"])
     finally:
         rewards.symbolic_correctness_reward.__dict__.pop("_math_verify_worker", None)
         if state is not None:
