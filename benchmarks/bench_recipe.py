@@ -176,7 +176,7 @@ def main(argv=None):
         start = result["points"][0]["accuracy"]
         print(f"    {name:<14}{start:7.2f}{result['final_accuracy']:7.2f}{steps:>8}{seconds:>9}")
     ratios = {}
-    if "ours" in results and results["ours"]["reached"]:
+    if "ours" in results and results["ours"]["reached"] and results["ours"]["reached"]["step"] > 0:
         ours = results["ours"]["reached"]
         for name, result in results.items():
             if name == "ours":
