@@ -31,7 +31,7 @@ Run it
     python grpo_tools.py --config my_run.yaml             # any flag, from a YAML file
     accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_tools.py
         # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
-    torchrun --nproc_per_node 2 grpo_tools.py         # two processes on CPU: tries the launch path
+    torchrun --nproc_per_node 2 grpo_tools.py             # two processes on CPU: tries the launch path
     python grpo_tools.py --help                           # every flag
 From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "10"])`.
 Several machines: the accelerate line on each, plus `--num_machines 2 --num_processes 16

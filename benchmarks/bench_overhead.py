@@ -80,6 +80,11 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side, alternating (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file (default: %(default)s)")
     args = parser.parse_args(argv)
+    import torch
+
+    if torch.cuda.is_available():  # with a GPU, grpo_math.py would train the real model, not the demo
+        sys.exit("bench_overhead.py measures the offline demo (tiny model, CPU): run it without a GPU, "
+                 "e.g. CUDA_VISIBLE_DEVICES= python benchmarks/bench_overhead.py")
 
     runs = {"ours": [], "bare": []}
     with tempfile.TemporaryDirectory() as work:
