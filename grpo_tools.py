@@ -54,6 +54,7 @@ Model support: TRL drives tool calls only for chat templates it recognises (Qwen
 Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
+import array
 import ast
 import functools
 import glob
@@ -65,8 +66,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -287,134 +290,310 @@ PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
 PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
 PYTHON_MEMORY_BYTES = 512 * 2**20  # address space (RLIMIT_AS): large allocations raise MemoryError
 PYTHON_FILE_BYTES = 2**20         # any one file, its captured output included (RLIMIT_FSIZE)
+PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory); /dev/shm gets a quarter
 PYTHON_MAX_PROCESSES = 64         # processes of "nobody", all calls together (only set when dropping root)
 PYTHON_MAX_CODE_CHARS = 100_000   # longer code is refused
 PYTHON_OUTPUT_CHARS = 2000        # returned to the model: the start and the end of longer output
 _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 
-# Runs first inside the sandbox (as root where the parent is root), sets it up, then runs the code as a child:
-# PID 1 of a namespace ignores SIGXCPU/SIGXFSZ, and its exit kills every process left in the namespace.
-_SANDBOX_BOOT = r"""
-import ctypes, json, os, resource, signal, sys
+# The zygote: one Python process started once, inside its own mount and PID namespaces. It builds a read-only root
+# that holds only the interpreter, its standard library and the libraries they load, moves into it (pivot_root)
+# and waits. For each call it forks a child that takes fresh mount, PID, network, IPC and UTS namespaces and a
+# fresh /tmp, reads the code from the call's own socket, and runs it in a grandchild as "nobody". A fork of a
+# waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
+# zygote never reads code itself, so nothing of one call can reach another through it.
+_SANDBOX_ZYGOTE = r"""
+import ctypes, json, os, resource, signal, socket, sys, traceback, types
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
-MS_BIND, MS_REC, MNT_DETACH, PR_SET_NO_NEW_PRIVS, NOBODY = 4096, 16384, 2, 38, 65534
+control = socket.socket(fileno=cfg["control"])
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 1, 2, 4, 8, 32, 1024, 2048
+MS_BIND, MS_MOVE, MS_REC, MS_RELATIME, MNT_DETACH = 4096, 8192, 16384, 1 << 21, 2
+NEW_MOUNT, NEW_UTS, NEW_IPC, NEW_PID, NEW_NET = 0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, NOBODY = 4, 24, 38, 65534
+prctl = getattr(libc, "prctl", lambda *args: -1)
+
+def ok(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
 def mount(src, dst, fstype=None, flags=0, data=None):
-    if libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags, data and data.encode()):
-        raise OSError(ctypes.get_errno(), f"mount {src} on {dst}")
-os.umask(0o022)
-code = open(cfg["code"], "rb").read()
-if cfg["private_fs"]:  # our own mount namespace: fresh, size-capped temp dirs, discarded with it
-    for path, size in (("/tmp", "64m"), ("/var/tmp", "16m"), ("/dev/shm", "16m")):
-        if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", 0, f"size={size},mode=1777")
-if cfg["private_fs"] and cfg["drop"]:
-    # Python may live under a directory others cannot enter (/root/.pyenv): cover that directory with an empty
-    # tmpfs and bind the interpreter's own trees back, so "nobody" can run Python and sees nothing else there.
-    def closed_dir(p):  # the first directory on the way to p that others may not pass through
-        parts = p.strip("/").split("/")
-        above = ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
-        return next((d for d in above if not os.stat(d).st_mode & 0o001), None)
-    trees = [p for p in cfg["interpreter"] if not any(p.startswith(q + "/") for q in cfg["interpreter"])]
-    hidden = [(p, f"/tmp/.stage{i}", closed_dir(p)) for i, p in enumerate(trees) if closed_dir(p)]
-    for p, stage, _ in hidden:
-        os.mkdir(stage, 0o700)
-        mount(p, stage, None, MS_BIND | MS_REC)
-    for d in {d for _, _, d in hidden}:
-        mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=755")
-    for p, stage, _ in hidden:
-        os.makedirs(p, exist_ok=True)
-        mount(stage, p, None, MS_BIND | MS_REC)
-        libc.umount2(stage.encode(), MNT_DETACH)
-        os.rmdir(stage)
-os.makedirs(cfg["work"], exist_ok=True)
-with open(os.path.join(cfg["work"], "main.py"), "wb") as f:
-    f.write(code)
-if cfg["drop"]:  # root -> nobody: cannot write the caller's files, read its secrets or raise its limits
-    for p in (cfg["work"], os.path.join(cfg["work"], "main.py")):
-        os.chown(p, NOBODY, NOBODY)
-    os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
-libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid programs (su, sudo) cannot give privileges back
-os.chdir(cfg["work"]); os.environ["HOME"] = cfg["work"]
-for name, value in cfg["limits"].items():
-    limit, hard = getattr(resource, name), resource.getrlimit(getattr(resource, name))[1]
-    soft, new_hard = value, value + (name == "RLIMIT_CPU")  # CPU: SIGXCPU at soft, SIGKILL a second later
-    if hard != resource.RLIM_INFINITY:
-        soft, new_hard = min(soft, hard), min(new_hard, hard)
-    resource.setrlimit(limit, (soft, new_hard))
-pid = os.fork()
-if pid == 0:
+    ok(libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags, data and data.encode()),
+       f"mount {dst}")
+
+def bind_read_only(path, inside, device):
+    mount(path, inside, None, MS_BIND | MS_REC)
+    f = os.statvfs(path).f_flag  # keep the source's flags: a user namespace may not clear them
+    kept = (f & 15) | (f & 1024 and MS_NOATIME) | (f & 2048 and MS_NODIRATIME) | (f & 4096 and MS_RELATIME)
+    mount(None, inside, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept | (0 if device else MS_NODEV))
+
+def add(stage, path, device=False):  # `path` at its own place inside, with the symlinks on the way to it
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        host = "/" + "/".join(parts[:i])
+        if os.path.islink(host):  # e.g. /lib -> usr/lib: the same link inside, then what it points to
+            if not os.path.lexists(stage + host):
+                os.symlink(os.readlink(host), stage + host)
+            return add(stage, os.path.join(os.path.realpath(host), *parts[i:]), device)
+        if i < len(parts):
+            os.makedirs(stage + host, exist_ok=True)
+    if not os.path.lexists(stage + path):
+        os.mkdir(stage + path) if os.path.isdir(path) else open(stage + path, "w").close()
+        bind_read_only(path, stage + path, device)
+
+def build_root(stage):
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path in cfg["paths"]:
+        add(stage, path)
+    for path in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        add(stage, path, device=True)
+    for path in cfg["hidden"]:  # site-packages inside the standard library: an empty folder
+        mount("tmpfs", stage + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+    for name in ("stdin", "stdout", "stderr"):
+        os.symlink(f"/proc/self/fd/{('stdin', 'stdout', 'stderr').index(name)}", f"{stage}/dev/{name}")
+    os.symlink("/proc/self/fd", f"{stage}/dev/fd")
+    for path in ("/proc", "/tmp", "/dev/shm"):
+        os.makedirs(stage + path, exist_ok=True)
+    mount("/proc", stage + "/proc", None, MS_BIND | MS_REC)  # under each call's own /proc: user namespaces need it
+    mount(None, stage, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(stage)
+    pivot_root = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)  # syscall numbers; glibc has no wrapper
+    if pivot_root and libc.syscall(pivot_root, b".", b".") == 0:
+        ok(libc.umount2(b".", MNT_DETACH), "detach the old root")  # the host's tree is gone from this namespace
+    else:
+        mount(stage, "/", None, MS_MOVE)
+        ok(libc.chroot(b"."), "chroot")
+    os.chdir("/")
+
+def run_code(path, source, output, work):  # the code's own process: give up everything, then run it as `python -I`
+    for number, fd in ((0, os.open("/dev/null", os.O_RDONLY)), (1, output), (2, output)):
+        os.dup2(fd, number)
+    os.closerange(3, 1 << 16)  # no control socket, no result channel: the code cannot forge its own result
+    os.setsid()
+    os.chdir(work)
+    for name, value in cfg["limits"].items():
+        limit, hard = getattr(resource, name), resource.getrlimit(getattr(resource, name))[1]
+        soft, new_hard = value, value + (name == "RLIMIT_CPU")  # CPU: SIGXCPU at soft, SIGKILL a second later
+        if hard != resource.RLIM_INFINITY:
+            soft, new_hard = min(soft, hard), min(new_hard, hard)
+        resource.setrlimit(limit, (soft, new_hard))
+    if cfg["drop"]:  # root -> nobody: cannot write the caller's files, read its secrets or raise its limits
+        os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
+    elif hasattr(libc, "capset"):  # root of a user namespace: give up every capability, for good
+        for cap in range(64):
+            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.capset(ctypes.byref((ctypes.c_uint32 * 2)(0x20080522, 0)), ctypes.byref((ctypes.c_uint32 * 6)()))
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid programs (su, sudo) cannot give privileges back
+    os.environ.clear()
+    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", HOME=work)
+    for number in (signal.SIGALRM, signal.SIGCHLD):
+        signal.signal(number, signal.SIG_DFL)
+    import builtins, site
+    site.setquit(); site.sethelper()  # exit(), quit() and help(), as in `python -I`
+    main = types.ModuleType("__main__")
+    main.__file__, main.__builtins__ = path, builtins
+    sys.modules["__main__"], sys.argv, sys.dont_write_bytecode = main, [path], True
+    rc = 0
     try:
-        os.execv(cfg["python"], [cfg["python"], "-I", "-u", "main.py"])
-    finally:
-        os._exit(127)
-signal.signal(signal.SIGALRM, lambda *_: (os.kill(pid, signal.SIGKILL), os._exit(124)))
-signal.alarm(cfg["wall"])
-rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-os._exit(128 - rc if rc < 0 else rc)
+        exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1]
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # from the code's own frames on
+        rc = 1
+    for finish in (lambda: sys.modules["threading"]._shutdown() if "threading" in sys.modules else None,
+                   lambda: sys.modules["atexit"]._run_exitfuncs() if "atexit" in sys.modules else None,
+                   sys.stdout.flush, sys.stderr.flush):
+        try:
+            finish()
+        except BaseException:
+            pass
+    os._exit(rc & 255)
+
+def serve(connection):  # one call, in a child of the zygote
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if cfg["namespaces"]:
+        ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
+        if os.fork():
+            os._exit(0)  # the child is PID 1 of the new PID namespace: when it exits, all of the call's processes die
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        # The captured output: a file without a name on a tmpfs of its own, detached before the code runs, so the
+        # code can neither open it again nor crowd it out by filling /tmp.
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['output'] + 2**16},nr_inodes=8,mode=700")
+        output = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+        ok(libc.umount2(b"/tmp", MNT_DETACH), "detach the output's tmpfs")
+        for path, size in (("/tmp", cfg["tmp_bytes"]), ("/dev/shm", cfg["tmp_bytes"] // 4)):
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
+        work = "/tmp"
+    else:
+        work = os.path.join(cfg["scratch"], os.urandom(8).hex())
+        os.mkdir(work, 0o700)
+        if cfg["drop"]:
+            os.chown(work, NOBODY, NOBODY)
+        output = os.open(os.path.join(work, ".output"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(os.path.join(work, ".output"))  # a file without a name: the code cannot open it again
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not trace this process or open its files
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    source, path = b"".join(chunks), os.path.join(work, "main.py")
+    with open(path, "wb") as f:
+        f.write(source)
+    fd = connection.detach()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_code(path, source, output, work)
+        finally:
+            os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
+    timed_out = []
+    signal.signal(signal.SIGALRM, lambda *_: (timed_out.append(1), os.kill(pid, signal.SIGKILL)))
+    signal.alarm(cfg["wall"])
+    status = os.waitpid(pid, 0)[1]
+    signal.alarm(0)
+    rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
+    if not cfg["namespaces"]:  # no PID namespace: kill what is left of the code's process group, remove its folder
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+    socket.socket(fileno=fd).sendall(b"%d\n" % (128 - rc if rc < 0 else rc) + os.pread(output, cfg["output"], 0))
+
+try:
+    if cfg["namespaces"]:
+        build_root(cfg["stage"])
+    control.send(b"ready")
+except Exception as e:
+    control.send(f"{type(e).__name__}: {e}".encode())
+    sys.exit(1)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by the kernel
+while True:
+    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(4))
+    if not message:
+        break  # the caller is gone: so is this process, and with it (PID 1 of its namespace) every call
+    for fd in [int.from_bytes(data[:4], sys.byteorder) for _, kind, data in ancillary if kind == socket.SCM_RIGHTS]:
+        try:
+            if os.fork() == 0:
+                control.close()
+                try:
+                    serve(socket.socket(fileno=fd))
+                finally:
+                    os._exit(0)
+        finally:
+            os.close(fd)
 """
 
 
-def _sandbox_python(private_fs):
-    """The interpreter the sandboxed code runs on. A virtual environment under /tmp, /var/tmp or /dev/shm
-    disappears behind the sandbox's fresh temp dirs, so there the code runs on the environment's base
-    interpreter: standard library only, the environment's packages are not importable."""
-    if private_fs and os.path.realpath(sys.prefix).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
-        return os.path.realpath(sys.executable)
-    return sys.executable
-
-
-def _run_in_sandbox(code, prefix, private_fs, drop):
-    """Run `code` once in the given sandbox: (exit status, output, whether the output hit the file-size limit)."""
-    scratch = tempfile.mkdtemp(prefix="run_python_")  # the code file and the output: ours, removed below
+def _sandbox_files():
+    """What the sandbox's root holds besides devices: the interpreter, its standard library and the shared libraries
+    they load (found by ldd), and the folders inside the standard library to show empty (site-packages)."""
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    stdlib, dynload = os.path.dirname(os.__file__), sysconfig.get_config_var("DESTSHARED")
+    objects = [python, *glob.glob(os.path.join(dynload or stdlib, "*.so"))]
     try:
-        os.chmod(scratch, 0o711)  # "nobody" may pass through to scratch/work when there is no private /tmp
-        with open(os.path.join(scratch, "code.py"), "w", encoding="utf-8") as f:
-            f.write(code)
+        ldd = subprocess.run(["ldd", *objects], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        ldd = ""
+    paths = {python, stdlib, dynload, "/etc/ld.so.cache", *re.findall(r"(?:=> |^\s+)(/\S+) \(0x", ldd, re.MULTILINE)}
+    libc = [os.path.dirname(p) for p in paths if p and "/libc.so" in p]
+    paths |= {os.path.join(d, "libgcc_s.so.1") for d in libc}  # loaded by glibc when a thread exits
+    hidden = [os.path.join(stdlib, d) for d in ("site-packages", "dist-packages")]
+    return python, sorted(p for p in paths if p and os.path.exists(p)), [d for d in hidden if os.path.isdir(d)]
+
+
+class _Sandbox:
+    """A running zygote (see _SANDBOX_ZYGOTE) in one containment mode, and the socket that asks it for calls."""
+
+    def __init__(self, prefix, namespaces, drop):
+        self.namespaces, self.drop = namespaces, drop
+        python, paths, hidden = _sandbox_files()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.scratch = tempfile.mkdtemp(prefix="run_python_")  # the root's mount point; call folders without namespaces
+        os.chmod(self.scratch, 0o711)
         limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_CPU": PYTHON_CPU_S, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
                   "RLIMIT_CORE": 0, **({"RLIMIT_NPROC": PYTHON_MAX_PROCESSES} if drop else {})}
-        cfg = {"code": os.path.join(scratch, "code.py"), "work": "/tmp/work" if private_fs else f"{scratch}/work",
-               "python": _sandbox_python(private_fs), "private_fs": private_fs, "drop": drop, "limits": limits,
-               "wall": PYTHON_WALL_S, "interpreter": sorted({os.path.realpath(p) for p in (
-                   sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
-                   if not (private_fs and os.path.realpath(p).startswith(("/tmp/", "/var/tmp/", "/dev/shm/")))})}
-        # Output goes to a file, not a pipe: RLIMIT_FSIZE caps it on disk and nothing can block on a full pipe.
-        with open(os.path.join(scratch, "output"), "wb+") as out:
-            proc = subprocess.Popen(  # no preexec_fn: that is unsafe with threads; the boot script does the rest
-                [*prefix, sys.executable, "-I", "-S", "-c", _SANDBOX_BOOT, json.dumps(cfg)], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=out, cwd=scratch, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
-                start_new_session=True)
+        cfg = {"control": theirs.fileno(), "namespaces": namespaces, "drop": drop, "stage": self.scratch,
+               "scratch": self.scratch, "paths": paths, "hidden": hidden, "limits": limits, "wall": PYTHON_WALL_S,
+               "tmp_bytes": PYTHON_TMP_BYTES, "output": PYTHON_FILE_BYTES}
+        self.process = subprocess.Popen(  # -S: no site-packages; -u: output reaches the file as it is printed
+            [*prefix, python, "-I", "-S", "-u", "-c", _SANDBOX_ZYGOTE, json.dumps(cfg)], pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True)
+        theirs.close()
+        self.control.settimeout(60)
+        try:
+            self.status = self.control.recv(4096).decode("utf-8", "replace") or "the zygote exited"
+        except OSError as e:
+            self.status = f"no answer from the zygote ({e})"
+        self.control.settimeout(None)
+
+    def run(self, code):
+        """(exit status, output, whether the output hit the file-size limit) of one call."""
+        ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
+        with ours:
             try:
-                rc = proc.wait(timeout=PYTHON_WALL_S + 5)  # backstop: the boot script enforces the limit itself
-            except subprocess.TimeoutExpired:
-                rc = 124
+                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+            finally:
+                theirs.close()
+            ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the process group
-            except OSError:
-                pass
-            proc.wait()
-            out.seek(0)
-            output = out.read(PYTHON_FILE_BYTES)  # bounded even if something still writes (without namespaces)
-            return rc, output.decode("utf-8", "replace"), len(output) >= PYTHON_FILE_BYTES
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                ours.sendall(code.encode("utf-8", "surrogatepass"))
+                ours.shutdown(socket.SHUT_WR)
+                reply = bytearray()
+                while len(reply) < PYTHON_FILE_BYTES + 16 and (chunk := ours.recv(1 << 16)):
+                    reply += chunk
+            except socket.timeout:
+                return 124, "", False
+        header, newline, output = bytes(reply).partition(b"\n")
+        if not newline:
+            raise RuntimeError("the sandbox ended the call without a result")
+        return int(header), output.decode("utf-8", "replace"), len(output) >= PYTHON_FILE_BYTES
+
+    def close(self):
+        self.control.close()  # the zygote exits when its socket closes
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _sandbox_mode():
-    """The strongest containment this machine allows, chosen once: the first that can run print('ok')."""
+    """The running sandbox, started on first use in the strongest mode that can run print('ok')."""
     global _SANDBOX
     with _SANDBOX_LOCK:
-        if _SANDBOX is None:
+        if _SANDBOX is None or _SANDBOX.process.poll() is not None:
             root, unshare = os.geteuid() == 0, shutil.which("unshare")
-            ns = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+            ns = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
             candidates = [([unshare, *ns], True, root), ([unshare, "--user", "--map-root-user", *ns], True, False),
-                          ([], False, root), ([], False, False)][0 if unshare else 2:]
-            works = (c for c in candidates if _run_in_sandbox("print('ok')", *c)[:2] == (0, "ok\n"))
-            _SANDBOX = next(works, candidates[-1])
-            if not _SANDBOX[0]:
-                warnings.warn("run_python: no network, PID or mount namespace here: the code can reach the network "
-                              "and background processes that call setsid() can outlive the call"
-                              + ("; it runs as root" if root and not _SANDBOX[2] else ""))
+                          ([], False, root)][0 if unshare else 2:]
+            for candidate in candidates:
+                sandbox = _Sandbox(*candidate)
+                try:
+                    if sandbox.status == "ready" and sandbox.run("print('ok')")[:2] == (0, "ok\n"):
+                        break
+                except (OSError, RuntimeError, ValueError):
+                    pass
+                sandbox.close()
+            _SANDBOX = sandbox
+            if not sandbox.namespaces:
+                warnings.warn("run_python: no mount, PID or network namespace here: the code can read this machine's "
+                              "files, reach the network, and background processes that call setsid() can outlive "
+                              "the call" + ("; it runs as root" if root and not sandbox.drop else ""))
     return _SANDBOX
+
+
+def _run_in_sandbox(code):
+    """Run `code` once: (exit status, output, whether the output hit the file-size limit)."""
+    try:
+        return _sandbox_mode().run(code)
+    except (BrokenPipeError, ConnectionError):  # the zygote died (killed from outside): start another, once
+        return _sandbox_mode().run(code)
+
+
+os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=threading.Lock()))
 
 
 # %% [markdown]
@@ -422,25 +601,30 @@ def _sandbox_mode():
 # sandbox contains and what not: read it before you offer this tool to a model.
 # %%
 # What run_python contains, and what not (_sandbox_mode picks the strongest mode that works on the machine):
-# - Where `unshare` works (as root, or with unprivileged user namespaces): new network, PID and mount namespaces.
-#   No network at all (only a loopback that is down). The code sees and can signal only its own processes, and
-#   all of them die with the call, setsid() daemons and double forks included. /tmp, /var/tmp and /dev/shm are
-#   fresh size-capped tmpfs mounts (its working directory is in /tmp): nothing written there survives. Started
-#   as root, the code runs as "nobody" with no_new_privs, so it cannot change the caller's files or read
-#   root-only ones (/root is covered), at most 64 processes; it can still read world-readable files.
-# - Always: 5 s wall clock, 5 s CPU, 512 MB address space (the standard library and numpy fit, torch does not),
-#   1 MB per file written (its captured output included; 2,000 characters come back), no core dumps, an empty
-#   environment (PATH and LANG only), `python -I`, and its process group killed at the end.
-# - Without namespaces (with a warning): the network is reachable, daemons that call setsid() can outlive the
-#   call, files written outside the working directory stay (each at most 1 MB), other processes of the same user
-#   are visible in /proc, and the code runs as root where "nobody" cannot run this Python.
+# - Where `unshare` works (as root, or with unprivileged user namespaces), each call gets new mount, PID, network,
+#   IPC and UTS namespaces. Its filesystem is a read-only root holding only the interpreter, its standard library
+#   (site-packages empty: no installed packages), the shared libraries they load, /dev/null, /dev/zero,
+#   /dev/urandom and a private /proc; no repository, data, home or host /tmp. /tmp (its working directory, 64 MB)
+#   and /dev/shm (16 MB) are fresh tmpfs mounts of that call alone: nothing written survives it or reaches another
+#   call. No network at all (a loopback that is down, its own for each call). The code sees and can signal only
+#   its own processes, and all of them die with the call, setsid() daemons and double forks included. Started as
+#   root, the code runs as "nobody" with no_new_privs and at most 64 processes; in a user namespace it keeps no
+#   capabilities. It has no descriptor of the sandbox's: its output goes to a file with no name, and the status is
+#   reported by a process it cannot trace or signal.
+# - Always: 5 s wall clock, 5 s CPU, 512 MB address space, 1 MB per file written (its captured output included;
+#   2,000 characters come back), no core dumps, an empty environment (PATH and LANG only), `python -I` semantics,
+#   and every call a fork of the same clean interpreter (the code never sees another call's code or state).
+# - Without namespaces (with a warning): the code can read this machine's files, the network is reachable, daemons
+#   that call setsid() can outlive the call, files written outside the working directory stay (each at most 1 MB),
+#   other processes of the same user are visible in /proc, and the code runs as root where "nobody" cannot.
 # - Never: the kernel is shared (an exploit escapes); disk, memory and CPU bandwidth are not reserved. This is for
-#   a model's scratch arithmetic, not hostile code: for untrusted workloads use a real sandbox (gVisor,
-#   Firecracker microVMs, nsjail, or a locked-down container per call).
+#   a model's code with hidden tests and scratch arithmetic, not for hostile code: for untrusted workloads use a
+#   real sandbox (gVisor, Firecracker microVMs, nsjail, or a locked-down container per call).
 def run_python(code: str) -> str:
     """Run a short Python program in a throwaway sandbox and return what it prints (stdout and stderr).
 
-    Limits: 5 seconds, 512 MB of memory, no network; files it writes are discarded, so print what you need.
+    Limits: 5 seconds, 512 MB of memory, the standard library only, no network; files it writes are discarded,
+    so print what you need.
 
     Args:
         code: The Python source to run, e.g. "print(sum(range(10)))".
@@ -453,7 +637,7 @@ def run_python(code: str) -> str:
     if len(code) > PYTHON_MAX_CODE_CHARS:
         return f"Error: code too long ({len(code)} characters, limit {PYTHON_MAX_CODE_CHARS})"
     try:
-        rc, output, flooded = _run_in_sandbox(code, *_sandbox_mode())
+        rc, output, flooded = _run_in_sandbox(code)
     except Exception as e:  # e.g. no space left for the temp dir: report it, never crash the trainer
         return f"Error: could not run the code ({type(e).__name__}: {e})"
     if len(output) > PYTHON_OUTPUT_CHARS:  # keep the start and the end, where a traceback's last line is

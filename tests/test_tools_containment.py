@@ -99,7 +99,13 @@ def survivors(marker):
 
 
 def sleep_marker():
-    return f"1000.{uuid.uuid4().int % 10**9:09d}"  # `sleep 1000.123456789`: a command line nobody else has
+    return f"1000.{uuid.uuid4().int % 10**9:09d}"  # `time.sleep(1000.123456789)`: a command line nobody else has
+
+
+def sleeper(marker):
+    """An argument list, for code inside the sandbox, of a process that sleeps with `marker` on its command line:
+    the sandbox holds Python and nothing else (no `sleep` program)."""
+    return f"[sys.executable, '-c', 'import time; time.sleep({marker})']"
 
 
 # ----------------------------------------------------------------------------- run_python: normal use
@@ -174,10 +180,10 @@ def test_parent_environment_is_not_visible(monkeypatch):
 def test_no_process_outlives_the_call(how, setsid):
     marker = sleep_marker()
     if setsid:  # the classic daemon: leave the session and the process group, then lose the parent
-        code = (f"import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                f"        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\nprint('started')")
+        code = (f"import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                f"        os.execv(sys.executable, {sleeper(marker)})\n    os._exit(0)\nprint('started')")
     else:
-        code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nprint('started')"
+        code = f"import subprocess, sys\nsubprocess.Popen({sleeper(marker)})\nprint('started')"
     result = timed_run(code)
     assert result == "started\n"
     left = survivors(marker)
@@ -189,8 +195,8 @@ def test_no_process_outlives_the_call(how, setsid):
 
 def test_timeout_kills_background_processes_too():
     marker = sleep_marker()
-    code = (f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\n"
-            f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nwhile True:\n    pass")
+    code = (f"import subprocess, sys\nsubprocess.Popen({sleeper(marker)})\n"
+            f"subprocess.Popen({sleeper(marker)}, start_new_session=True)\nwhile True:\n    pass")
     result = timed_run(code)
     assert result.startswith("Error: ")
     left = survivors(marker)
@@ -225,9 +231,9 @@ def test_files_do_not_survive_the_call():
         f"with open('/tmp/{marker}', 'wb') as f:\n    f.write(b'0' * 3 * 2**20)\n")
     lines = result.splitlines()
     assert result.startswith("Error: ") and lines[-1] == "OSError: [Errno 27] File too large", result  # > 1 MB
-    left_txt, output_file = Path(lines[1]), Path(lines[2])
+    left_txt = Path(lines[1])
     assert left_txt.name == "left.txt" and not left_txt.exists()  # the working directory is gone ...
-    assert not output_file.parent.exists()  # ... and so is the folder that held the captured output
+    assert lines[2].endswith(" (deleted)"), lines[2]  # ... and the captured output never had a name to open
     outside = [Path(f"/tmp/{marker}"), Path(f"/dev/shm/{marker}")]
     try:
         if NAMESPACES:  # private /tmp and /dev/shm, discarded with the mount namespace
@@ -271,3 +277,154 @@ def test_tools_have_schemas_trl_can_build():
         assert function["parameters"]["properties"][arg]["type"] == "string"
         assert function["parameters"]["required"] == [arg]
         assert function["description"] and "Args:" not in function["description"]
+
+
+# ----------------------------------------------------------------------------- run_python: what the code can see
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason="this machine allows no namespaces: the fallback "
+                                      "mode is tested by test_fallback_warns_what_is_not_contained")
+
+
+def planted_secret(tmp_dir):
+    """Files with a secret in places a policy might look for answers: the repository, the host's /tmp, the home."""
+    secret, name = f"answer-{uuid.uuid4().hex}", f".planted_{uuid.uuid4().hex}"  # the name is not the secret
+    places = [REPO / f"{name}.txt", Path(tmp_dir) / "answers.jsonl", Path.home() / name]
+    for place in places:
+        place.write_text(secret)
+        place.chmod(0o644)
+    return secret, places
+
+
+@needs_namespaces
+def test_the_code_sees_only_the_interpreter_and_its_libraries(tmp_path):
+    tmp_path.chmod(0o755)
+    secret, places = planted_secret(tmp_path)
+    data = next((REPO / "assets").rglob("*.jsonl"))  # the training data, answers included
+    prefix = os.path.realpath(os.sys.base_prefix)
+    code = (
+        "import json, os\nseen, odd, read = 0, [], {}\n"
+        "for top, dirs, files in os.walk('/'):\n"
+        "    if top in ('/proc', '/dev'):\n        dirs[:] = []\n        continue\n"
+        "    for name in files:\n        path = os.path.join(top, name)\n        seen += 1\n"
+        f"        if not (path.startswith({prefix + '/'!r}) or '.so' in name or path in ('/etc/ld.so.cache', "
+        "'/tmp/main.py')) or 'site-packages' in path:\n            odd.append(path)\n"
+        f"for path in {[str(p) for p in places] + [str(data), str(REPO / 'grpo_tools.py')]!r}:\n"
+        "    try:\n        read[path] = open(path).read(100)\n    except OSError as e:\n        read[path] = type(e).__name__\n"
+        "print(json.dumps({'seen': seen, 'odd': odd[:5], 'top': sorted(os.listdir('/')), 'tmp': os.listdir('/tmp'),"
+        " 'dev': sorted(os.listdir('/dev')), 'read': read}))")
+    try:
+        result = timed_run(code)
+    finally:
+        for place in places:
+            place.unlink(missing_ok=True)
+    report = __import__("json").loads(result)
+    assert secret not in result
+    assert all(value in ("FileNotFoundError", "PermissionError") for value in report["read"].values()), report
+    assert report["odd"] == [] and report["seen"] > 100, report  # the standard library is there, nothing else
+    assert report["tmp"] == ["main.py"]
+    assert set(report["dev"]) <= {"null", "zero", "urandom", "shm", "fd", "stdin", "stdout", "stderr"}
+    assert not {"home", "work", "workspace", "mnt", "opt", "var", "srv", "data"} & set(report["top"]), report["top"]
+
+
+@needs_namespaces
+def test_nothing_written_in_one_call_is_seen_by_the_next():
+    marker = uuid.uuid4().hex
+    first = timed_run(f"import os\nfor d in ('/tmp', '/dev/shm', os.path.expanduser('~')):\n"
+                      f"    open(os.path.join(d, '{marker}'), 'w').write('note')\n"
+                      f"    print(os.path.exists(os.path.join(d, '{marker}')))")
+    assert first == "True\nTrue\nTrue\n", first
+    second = timed_run(f"import os\nprint([p for d in ('/tmp', '/dev/shm') for p in os.listdir(d)])")
+    assert second == "['main.py']\n", second
+
+
+@needs_namespaces
+def test_concurrent_calls_cannot_pass_notes():
+    """While one call holds a note in every shared place it could find, another call finds none of them."""
+    marker = uuid.uuid4().hex
+    writer = (f"import os, socket, time\nopen('/tmp/{marker}', 'w').write('note')\nopen('/dev/shm/{marker}', 'w')\n"
+              f"s = socket.socket(socket.AF_UNIX)\ns.bind('\\0{marker}')\ns.listen()\nprint('holding')\ntime.sleep(3)")
+    reader = (f"import os, socket, time\ntime.sleep(1)\nfound = []\n"
+              f"for path in ('/tmp/{marker}', '/dev/shm/{marker}'):\n    found += [path] if os.path.exists(path) else []\n"
+              f"try:\n    socket.socket(socket.AF_UNIX).connect('\\0{marker}')\n    found.append('socket')\n"
+              f"except OSError:\n    pass\nprint(found, sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    with ThreadPoolExecutor(2) as pool:
+        held, seen = pool.map(timed_run, [writer, reader])
+    assert held == "holding\n", held
+    assert seen.startswith("[] [1, 2]"), seen  # no note, and only its own two processes (the sandbox's, its own)
+
+
+def test_sixteen_concurrent_calls_return_their_own_output():
+    codes = [f"import time\nfor i in range(50):\n    print('call {n}', i)\n    time.sleep(0.002 * ({n} % 3))"
+             for n in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(run_python, codes))
+    for n, result in enumerate(results):
+        assert result == "".join(f"call {n} {i}\n" for i in range(50)), (n, result[:200])
+
+
+def test_the_code_holds_no_descriptor_of_the_sandbox():
+    """The result travels on a channel the code cannot write: it has only stdin, stdout and stderr."""
+    result = timed_run("import os\nopen_fds = []\nfor fd in range(3, 4096):\n"
+                       "    try:\n        os.fstat(fd)\n        open_fds.append(fd)\n    except OSError:\n        pass\n"
+                       "print(open_fds)\nprint(os.readlink('/proc/self/fd/0'))")
+    assert result.splitlines()[0] == "[]", result
+    assert result.splitlines()[1] == "/dev/null"
+
+
+def nobody_processes():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if "\nUid:\t65534\t" in status:
+            found.append(int(pid))
+    return found
+
+
+MISUSE = {  # code, what the answer must say
+    "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", "Error: "),
+    "ignores every signal": ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
+                             "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass", "Error: "),
+    "200 spinning threads": ("import threading\ndef spin():\n    while True:\n        pass\n"
+                             "for _ in range(200):\n    threading.Thread(target=spin).start()", "Error: "),
+    "input()": ("print(input())", "EOFError"),
+    "invalid UTF-8 on stderr": ("import os\nos.write(2, b'bad \\xff\\xfe\\x80 bytes')", "bad \ufffd"),
+    "30 MB on stderr": ("import sys\nfor _ in range(30_000):\n    sys.stderr.write('e' * 1000)", "size limit"),
+    "segfault": ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+    "1 GB of writes": ("for i in range(1000):\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'0' * 2**20)",
+                       "No space left on device" if NAMESPACES else "Error: "),
+}
+
+
+@pytest.mark.parametrize("name", MISUSE)
+def test_misuse_returns_promptly_and_leaves_nothing(name):
+    code, says = MISUSE[name]
+    before = set(nobody_processes())
+    result = timed_run(code)
+    assert says in result, result[:300]
+    if DROPS_ROOT:
+        deadline = time.monotonic() + 3
+        while set(nobody_processes()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(nobody_processes()) - before, f"{name}: processes of the code outlived the call"
+    assert timed_run("print('next')") == "next\n"  # and the sandbox still works
+
+
+def test_fallback_warns_what_is_not_contained(monkeypatch):
+    """Without `unshare` the sandbox still runs the code, and says what it no longer contains."""
+    import grpo_tools
+
+    running = grpo_tools._SANDBOX
+    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
+    monkeypatch.setattr(grpo_tools.shutil, "which", lambda name: None)
+    with pytest.warns(UserWarning, match="can read this machine's files, reach the network"):
+        result = timed_run("import os\nprint(os.getuid(), os.path.exists(os.path.expanduser('~')))")
+    fallback = grpo_tools._SANDBOX
+    try:
+        assert not fallback.namespaces
+        assert result.split()[0] == ("65534" if os.geteuid() == 0 else str(os.geteuid()))  # root is still dropped
+        assert timed_run("while True:\n    pass").startswith("Error: ")  # and the time limit still holds
+    finally:
+        fallback.close()
+        grpo_tools._SANDBOX = running
