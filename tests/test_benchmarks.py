@@ -63,3 +63,14 @@ def test_recipe_benchmark_scores_each_arm(tmp_path):
         assert report["arms"][arm]["reached"] == points[0]  # the start already beats a target of 0.01
     assert points[0]["accuracy"] == report["arms"]["ours"]["points"][0]["accuracy"]  # same model, same questions
     assert "steps and training time" in stdout
+
+
+def test_sandbox_benchmark_measures_every_arm(tmp_path):
+    report, stdout = run_benchmark("bench_sandbox", ["--calls", "3", "--burst", "4"], tmp_path)
+    assert {"bare python", "run_python", "run_python, realistic"} <= set(report["latency"])
+    for row in report["latency"].values():
+        assert 0 < row["median_ms"] <= row["p95_ms"]
+    floor = report["latency"][report["floor"]]["median_ms"]
+    assert report["ratio_run_python_over_floor"] == pytest.approx(report["latency"]["run_python"]["median_ms"] / floor)
+    assert report["throughput"]["run_python, realistic"]["calls"] == 4
+    assert "ratio run_python /" in stdout
