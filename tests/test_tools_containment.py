@@ -428,3 +428,35 @@ def test_fallback_warns_what_is_not_contained(monkeypatch):
     finally:
         fallback.close()
         grpo_tools._SANDBOX = running
+
+
+USER_NAMESPACES = _unshare_works("--user", "--map-root-user", *NS_FLAGS)
+
+
+@pytest.mark.skipif(not USER_NAMESPACES, reason="this machine allows no user namespaces")
+def test_user_namespace_mode_keeps_no_capabilities(tmp_path):
+    """The mode for a user who is not root: the code is root of a user namespace, with every capability given up."""
+    import grpo_tools
+
+    tmp_path.chmod(0o755)
+    secret, places = planted_secret(tmp_path)
+    sandbox = grpo_tools._Sandbox(["unshare", "--user", "--map-root-user", *NS_FLAGS], True, False)
+    try:
+        assert sandbox.status == "ready"
+        rc, output, _ = sandbox.run(
+            "import ctypes, os\nstatus = open('/proc/self/status').read()\n"
+            "print([line.split()[1] for line in status.splitlines() if line.startswith(('CapEff', 'CapBnd'))])\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('remount', libc.mount(None, b'/', None, 32 | 4096, None))\n"
+            f"for path in {[os.__file__, *map(str, places)]!r}:\n"
+            "    try:\n        open(path, 'a')\n        print('wrote', path)\n    except OSError as e:\n"
+            "        print(__import__('errno').errorcode[e.errno])")
+    finally:
+        sandbox.close()
+        for place in places:
+            place.unlink(missing_ok=True)
+    lines = output.splitlines()
+    assert rc == 0 and lines[0] == "['0000000000000000', '0000000000000000']", output
+    assert lines[1] == "remount -1"
+    assert lines[2] == "EROFS", output  # the standard library is read-only
+    assert set(lines[3:]) <= {"ENOENT", "EROFS"} and len(lines) == 3 + len(places), output  # planted files absent
