@@ -61,3 +61,15 @@ def test_offline_demo_learns(tmp_path):
                    if "rewards/strict_format_reward/mean" in e][-1]
     assert last_format >= 0.9  # the format reward at the end of training
     assert (out / "training_curves.png").exists()
+    assert evaluation["warnings"] == []  # the demo as it ships is not hacked
+    midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
+    assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out accuracy during training, rising
+    # --eval_only on a checkpoint the demo wrote, with the signal report
+    checkpoint = out / "checkpoint-300"
+    result = run_script(["--model_name_or_path", checkpoint, "--dataset_name", TOY_DATA, "--eval_only",
+                         "--max_completion_length", 40, "--eval_batch_size", 200, "--eval_num_samples", 4,
+                         "--output_dir", tmp_path / "eval"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
+    assert scores["accuracy"] == pytest.approx(after["accuracy"])  # the same weights, the same greedy answers
+    assert "signal report" in result.stdout

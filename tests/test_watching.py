@@ -1,0 +1,139 @@
+"""Watching a run: --eval_only and the signal report, trajectory files, mid-run held-out accuracy, and the
+reward-hacking monitor (its rules on synthetic logs, and a real run with a hackable rubric)."""
+
+import json
+
+import pytest
+from conftest import FAST_RUN, TINY_MODEL, TOY_DATA, run_script
+
+import grpo_math
+
+TRAJECTORY_FIELDS = {"step", "prompt", "answer", "completions"}
+COMPLETION_FIELDS = {"text", "greedy", "parsed_answer", "rewards", "total"}
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_trajectories(rows, completions_each):
+    for row in rows:
+        assert set(row) == TRAJECTORY_FIELDS and row["prompt"][-1]["role"] == "user"
+        assert len(row["completions"]) == completions_each
+        assert [c["greedy"] for c in row["completions"]] == [True] + [False] * (completions_each - 1)
+        for c in row["completions"]:
+            assert set(c) == COMPLETION_FIELDS
+            assert set(c["rewards"]) == {func.__name__ for func, _ in grpo_math.RUBRIC}
+            assert c["total"] == pytest.approx(sum(w * c["rewards"][f.__name__] for f, w in grpo_math.RUBRIC))
+            assert c["parsed_answer"] == grpo_math.extract_answer(c["text"])
+
+
+@pytest.mark.parametrize("samples", [1, 4])
+def test_eval_only_writes_scores_and_trajectories_and_nothing_else(samples, tmp_path):
+    out = tmp_path / "eval"
+    result = run_script([*FAST_RUN, "--eval_only", "--eval_num_samples", samples, "--output_dir", out])
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((out / "eval.json").read_text())["eval_only"]
+    assert scores["num_examples"] == 16 and 0 <= scores["accuracy"] <= 1
+    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl"]  # no checkpoint, no state
+    rows = read_jsonl(out / "eval_only.jsonl")
+    assert len(rows) == 16
+    check_trajectories(rows, 1 + (samples if samples > 1 else 0))
+    greedy_right = sum(row["completions"][0]["rewards"]["correctness_reward"] for row in rows)
+    assert scores["accuracy"] == pytest.approx(greedy_right / 16)
+    if samples > 1:
+        right = [sum(c["rewards"]["correctness_reward"] for c in row["completions"][1:]) for row in rows]
+        assert scores["pass@1"] == pytest.approx(sum(right) / (16 * samples))
+        assert scores[f"pass@{samples}"] == pytest.approx(sum(k > 0 for k in right) / 16)
+        assert scores["signal"]["all_wrong"] == pytest.approx(sum(k == 0 for k in right) / 16)
+        assert sum(scores["signal"].values()) == pytest.approx(1)
+        assert "signal report (16 questions x 4 samples)" in result.stdout and "give no signal" in result.stdout
+    else:
+        assert "signal" not in scores and "signal report" not in result.stdout
+
+
+def test_a_short_run_writes_every_instrument(tmp_path):
+    out = tmp_path / "run"
+    result = run_script([*FAST_RUN, "--max_steps", "4", "--mid_eval_steps", "2", "--num_mid_eval_examples", "8",
+                         "--train_samples_per_log", "3", "--output_dir", out])
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "eval/accuracy" in e] == [0, 2, 4]
+    midrun = read_jsonl(out / "eval_midrun.jsonl")
+    assert [row["step"] for row in midrun] == [0] * 8 + [2] * 8 + [4] * 8
+    for name in ("eval_before.jsonl", "eval_after.jsonl"):
+        check_trajectories(read_jsonl(out / name), 1)
+    samples = read_jsonl(out / "train_samples.jsonl")
+    assert [row["step"] for row in samples] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3  # logging_steps 1
+    check_trajectories([{**row, "completions": [{**row["completions"][0], "greedy": True}]} for row in samples], 1)
+    assert json.loads((out / "eval.json").read_text())["warnings"] == []
+
+
+def even_answer_reward(completions, **kwargs):
+    """A hackable reward: any even number in the answer block, right or wrong."""
+    values = [grpo_math.extract_answer(grpo_math.completion_text(c)) for c in completions]
+    values = [grpo_math.parse_number(v) if v is not None else None for v in values]
+    return [1.0 if v is not None and v % 2 == 0 else 0.0 for v in values]
+
+
+def test_a_hacked_rubric_raises_the_divergence_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(grpo_math, "RUBRIC", [(grpo_math.correctness_reward, 0.0), (even_answer_reward, 1.0)])
+    results = grpo_math.main(["--model_name_or_path", TINY_MODEL, "--dataset_name", TOY_DATA, "--output_dir",
+                              tmp_path / "hacked", "--learning_rate", "2e-4", "--lr_scheduler_type", "constant",
+                              "--warmup_steps", "0", "--per_device_train_batch_size", "64", "--max_steps", "60",
+                              "--max_completion_length", "40", "--gradient_checkpointing", "false",
+                              "--logging_steps", "2", "--mid_eval_steps", "20", "--num_eval_examples", "64",
+                              "--eval_batch_size", "64", "--save_steps", "1000", "--print_samples_every", "0"])
+    rules = [w["rule"] for w in results["warnings"]]
+    assert "reward_without_accuracy" in rules, results["warnings"]
+    assert "WARNING (step" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "hacked" / "eval.json").read_text())["warnings"]
+    assert [w["rule"] for w in saved] == rules
+
+
+# ----------------------------------------------------------------------------- the monitor's rules, on synthetic logs
+def history(n=40, **curves):
+    """A logged training history of n points, each metric a function of the point's index."""
+    base = {"reward": lambda i: 1.0 + i / n, "rewards/correctness_reward/mean": lambda i: 0.3 + 0.4 * i / n,
+            "rewards/strict_format_reward/mean": lambda i: 0.7 + 0.2 * i / n, "frac_reward_zero_std": lambda i: 0.3,
+            "completions/mean_length": lambda i: 100.0, "completions/clipped_ratio": lambda i: 0.05,
+            "entropy": lambda i: 1.0}
+    base.update(curves)
+    logs = [{"step": 5 * (i + 1), **{k: f(i) for k, f in base.items() if f is not None}} for i in range(n)]
+    return logs
+
+
+def rules(log_history, evals=None, max_steps=200):
+    return [w["rule"] for w in grpo_math.monitor_warnings(log_history, "correctness_reward", 3.0, max_steps, evals)]
+
+
+def test_a_healthy_run_raises_no_warning():
+    assert rules(history(), evals=[(0, 0.3), (100, 0.5), (200, 0.7)]) == []
+
+
+@pytest.mark.parametrize("curves, evals, rule", [
+    ({}, [(0, 0.3), (200, 0.3)], "reward_without_accuracy"),
+    ({"rewards/correctness_reward/mean": lambda i: 0.3, "rewards/strict_format_reward/mean": lambda i: 0.99},
+     None, "auxiliary_saturated"),
+    ({"frac_reward_zero_std": lambda i: 0.97}, None, "no_signal"),
+    ({"completions/mean_length": lambda i: max(2.0, 100.0 - 5 * i)}, None, "length_collapse"),
+    ({"completions/clipped_ratio": lambda i: 0.8}, None, "clipped"),
+    ({"entropy": lambda i: max(0.05, 1.0 - i / 10)}, None, "entropy_collapse"),
+])
+def test_each_rule_fires_on_what_it_watches(curves, evals, rule):
+    found = grpo_math.monitor_warnings(history(**curves), "correctness_reward", 3.0, 1000, evals)
+    assert [w["rule"] for w in found] == [rule], found
+    assert any(ch.isdigit() for ch in found[0]["message"])  # it says what it saw, in numbers
+
+
+def test_entropy_falling_late_is_not_a_collapse():
+    assert rules(history(entropy=lambda i: max(0.05, 1.0 - i / 10)), max_steps=150) == []  # step 200 > 30% of 150
+
+
+def test_the_monitor_warns_once_per_rule(capsys):
+    monitor = grpo_math.RunMonitor(max_reward=3.0)
+    logs = history(frac_reward_zero_std=lambda i: 0.97)
+    for end in range(10, len(logs) + 1):
+        monitor.check(logs[:end], 1000)
+    assert [w["rule"] for w in monitor.warnings] == ["no_signal"]
+    assert capsys.readouterr().out.count("WARNING") == 1
