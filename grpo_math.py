@@ -576,11 +576,13 @@ def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num
     return [by_row[row] for row in rows]
 
 
-def score(completions: list, answers: list) -> list[dict]:
-    """Each rubric function's reward by name, and the weighted total, for each completion."""
-    by_name = {func.__name__: (func(completions, answer=answers), weight) for func, weight in RUBRIC}
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...], and the like)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
     return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
-             "total": sum(weight * values[i] for values, weight in by_name.values())} for i in range(len(completions))]
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
 
 
 def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples: int = 1,
@@ -593,7 +595,7 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples
     answers = generate_answers(trainer, dataset, batch_size, max_new_tokens, samples)
     golds = list(dataset["answer"])
     flat = [text for row in answers for text in row]
-    scores = score(flat, [gold for gold, row in zip(golds, answers) for _ in row])
+    scores = score(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
     per_row, first = [], 0
     for row in answers:
         per_row.append(scores[first:first + len(row)])
@@ -629,7 +631,7 @@ def signal_report(metrics: dict) -> str:
               if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
     return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
             f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {1 - signal['mixed']:.0%} of groups give no signal. {advice}")
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 # %% [markdown]
@@ -741,7 +743,7 @@ class MidRunEval(TrainerCallback):
             metrics = evaluate(self.trainer, self.dataset, trajectories=self.trajectories, step=state.global_step,
                                **self.evaluate_kwargs)
             # Trainer.log, not GRPOTrainer.log: the latter would flush the step's training metrics into this entry
-            Trainer.log(self.trainer, {"eval/accuracy": metrics["accuracy"], "eval/format_rate": metrics["format_rate"]})
+            Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
 
 
 def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
@@ -756,12 +758,15 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
         step = state.global_step if state is not None else 0
         if per_log and step % every == 0 and step != saved["step"] and int(os.environ.get("RANK", "0")) == 0:
             saved["step"] = step
-            texts = [completion_text(c) for c in completions[:per_log]]
+            columns = {k: v[:per_log] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
             with open(path, "a", encoding="utf-8") as f:
-                for i, scored in enumerate(score(texts, kwargs["answer"][:per_log])):
+                for i, scored in enumerate(score(completions[:per_log], **columns)):
+                    completion = completions[i]  # one message's text; a tool run's whole list of messages
+                    text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
                     f.write(json.dumps({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
-                                        "completions": [{"text": texts[i], "greedy": False,
-                                                         "parsed_answer": extract_answer(texts[i]), **scored}]}) + "\n")
+                                        "completions": [{"text": text, "greedy": False, "parsed_answer":
+                                                         extract_answer(completion_text(text)), **scored}]},
+                                       default=str) + "\n")
         return scores
 
     return wrapper
@@ -870,7 +875,7 @@ def main(argv=None):
                                   trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
     if main_process and "signal" in results["before"]:
         print(signal_report(results["before"]))
-    monitor = RunMonitor(max_reward=sum(training_args.reward_weights))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0))
     trainer.add_callback(monitor)
     trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
                                                                            len(eval_dataset)))),

@@ -79,6 +79,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import torch
+from transformers import Trainer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.models import unwrap_model_for_generation
 
@@ -122,6 +123,14 @@ class ScriptArguments:
     num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
     eval_batch_size: int = arg(32, "Questions per generate() call during evaluation.")
     print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
+    eval_only: bool = arg(False, "Evaluate --model_name_or_path (a Hub id, a folder, a checkpoint, a PEFT adapter "
+                                 "folder) on the held-out questions, write eval.json and the trajectories, and exit.")
+    eval_num_samples: int = arg(1, "1 = greedy only. N > 1: also sample N completions per question at the training "
+                                   "temperature: pass@1, pass@N and the signal report (will GRPO learn anything?).")
+    mid_eval_steps: int = arg(0, "Every this many steps, greedy accuracy on --num_mid_eval_examples held-out "
+                                 "questions, logged as eval/accuracy and plotted (0 = never).")
+    num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
+    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
 
 
 # %% [markdown]
@@ -192,6 +201,8 @@ DEMO_SETTINGS = dict(
     save_steps=50,
     gradient_checkpointing=False,
     eval_batch_size=200,
+    mid_eval_steps=40,  # held-out accuracy at 6 points of the run, plotted beside the reward
+    num_mid_eval_examples=64,
 )
 
 
@@ -1037,12 +1048,10 @@ def run_tool_calls(text: str, env: ToolEnvironment) -> list[dict] | None:
 
 
 @torch.no_grad()
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int) -> dict:
-    """Greedy multi-turn rollouts on held-out questions, tools enabled: accuracy, tool-call success
-    (share of calls that parsed and ran) and tool calls per question."""
-    if len(dataset) == 0:
-        return {}
-    model, tokenizer, accelerator = trainer.model, trainer.processing_class, trainer.accelerator
+def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 0):
+    """For each row: [its greedy rollout, then `num_samples` sampled at the training temperature], each rollout
+    (the messages after the prompt: calls, arguments and tool results in order, then the answer, its environment)."""
+    model, tokenizer, accelerator, args = trainer.model, trainer.processing_class, trainer.accelerator, trainer.args
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"  # generate() continues from the right end of each row
@@ -1052,61 +1061,253 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     # FSDP need; under ZeRO-3 the unwrap gathers the sharded weights.
     rows = list(range(len(dataset)))
     with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
-            trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as generator:
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as generator:
         for start in range(0, len(my_rows), batch_size):
             batch_rows = my_rows[start:start + batch_size]
-            batch = dataset.select(batch_rows)
-            conversations = [list(prompt) for prompt in batch["prompt"]]
-            envs = [ToolEnvironment() for _ in conversations]
-            for env in envs:
-                env.reset()
-            active = list(range(len(conversations)))
-            for round_number in range(max_rounds + 1):
-                asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
-                texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
-                                                       add_generation_prompt=True, tokenize=False) for i in asked]
-                inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-                with torch.autocast(model.device.type, dtype=torch.bfloat16 if trainer.args.bf16 else torch.float16,
-                                    enabled=trainer.args.bf16 or trainer.args.fp16):
-                    output = generator.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                                pad_token_id=tokenizer.pad_token_id)
-                replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-                still_active = []
-                for i, reply in zip(active, replies):
-                    messages = run_tool_calls(reply, envs[i]) if round_number < max_rounds else None
-                    if messages is None:  # a final answer (or out of rounds)
-                        conversations[i].append({"role": "assistant", "content": reply})
-                    else:
-                        conversations[i] += messages
-                        still_active.append(i)
-                active = still_active
-                if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
-                    break  # every process is done
-            for row, conversation, env in zip(batch_rows, conversations, envs):
-                results.append((row, (conversation, env.calls, env.failures)))
+            prompts = dataset.select(batch_rows)["prompt"]
+            found = [[] for _ in batch_rows]
+            for sample, copies in ((False, 1), (True, num_samples)) if num_samples else ((False, 1),):
+                conversations = [list(prompt) for prompt in prompts for _ in range(copies)]
+                envs = [ToolEnvironment() for _ in conversations]
+                for env in envs:
+                    env.reset()
+                active = list(range(len(conversations)))
+                for round_number in range(max_rounds + 1):
+                    asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
+                    texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
+                                                           add_generation_prompt=True, tokenize=False) for i in asked]
+                    inputs = tokenizer(texts, return_tensors="pt", padding=True,
+                                       add_special_tokens=False).to(model.device)
+                    with torch.autocast(model.device.type, dtype=torch.bfloat16 if args.bf16 else torch.float16,
+                                        enabled=args.bf16 or args.fp16):
+                        output = generator.generate(
+                            **inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                            do_sample=sample, **(dict(temperature=args.temperature, top_p=args.top_p) if sample else {}))
+                    replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+                    still_active = []
+                    for i, reply in zip(active, replies):
+                        messages = run_tool_calls(reply, envs[i]) if round_number < max_rounds else None
+                        if messages is None:  # a final answer (or out of rounds)
+                            conversations[i].append({"role": "assistant", "content": reply})
+                        else:
+                            conversations[i] += messages
+                            still_active.append(i)
+                    active = still_active
+                    if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
+                        break  # every process is done
+                for i, (conversation, env) in enumerate(zip(conversations, envs)):
+                    found[i // copies].append((conversation[len(prompts[i // copies]):], env))
+            results += zip(batch_rows, found)
     from accelerate.utils import gather_object
 
-    per_process = gather_object([len(my_rows)])
+    trainer._questions_per_process = gather_object([len(my_rows)])
     by_row = dict(gather_object(results))  # the padding repeats rows: one result per row
-    results = [by_row[row] for row in rows]
     model.train(was_training)
     tokenizer.padding_side = padding_side
-    trajectories = [conversation[len(prompt):] for (conversation, _, _), prompt in zip(results, dataset["prompt"])]
-    correct = correctness_reward(trajectories, dataset["answer"][: len(trajectories)])
-    calls = sum(c for _, c, _ in results)
-    failures = sum(f for _, _, f in results)
-    return {"accuracy": sum(correct) / len(correct),
-            "tool_call_success": (calls - failures) / calls if calls else 0.0,
-            "mean_tool_calls": calls / len(results),
-            "num_examples": len(results), "questions_per_process": per_process,
-            "sample_trajectory": trajectories[0]}
+    return [by_row[row] for row in rows]
+
+
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...], environments=[...])."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out questions, tools enabled: accuracy, tool-call success (share of calls
+    that parsed and ran) and tool calls per question; with num_samples > 1 also pass@1, pass@N and the signal
+    report. Every rollout and its rewards go to `trajectories` (one JSON line per question)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    golds = list(dataset["answer"])
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    answers = [gold for gold, row in zip(golds, found) for _ in row]
+    scores = score(flat, answer=answers, environments=envs)
+    correct = correctness_reward(flat, answers)  # whatever RUBRIC holds: a rubric under test must not grade itself
+    greedy = list(range(0, len(flat), 1 + samples))
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        right = [sum(correct[i + 1:i + 1 + samples]) for i in greedy]
+        metrics.update({"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+                        f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+                        "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                                   "mixed": sum(0 < k < samples for k in right) / len(right),
+                                   "all_right": sum(k == samples for k in right) / len(right)}})
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], golds, greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": extract_answer(completion_text(flat[i])),
+                     **scores[i]} for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 def tools_of(env: ToolEnvironment) -> list:
     """The environment's tools, as TRL offers them: every public method but reset()."""
     return [getattr(env, name) for name in sorted(vars(ToolEnvironment))
             if not name.startswith("_") and name != "reset" and callable(getattr(env, name))]
+
+
+# %% [markdown]
+# ## Watching the run
+# Held-out accuracy during training, a few rollouts of each logging step on disk, and a monitor that warns when the
+# run looks hacked or stuck. The thresholds are named below, each with the reason for its value.
+# %%
+MONITOR_WINDOW = 5      # logged points a rule averages over, so that one noisy point never warns
+REWARD_RISE = 0.10      # the total reward rose by this share of its largest possible value ...
+ACCURACY_FLAT = 0.02    # ... while held-out accuracy gained less than this: the rubric pays for something else
+SATURATED = 0.95        # an auxiliary reward this close to 1 ...
+OUTCOME_FLAT = 0.05     # ... while the outcome reward gained less than this since the start: format without substance
+NO_SIGNAL = 0.90        # this share of groups with identical rewards (no advantage, no gradient) ...
+NO_SIGNAL_POINTS = 10   # ... for this many logged points in a row
+LENGTH_COLLAPSE = 0.25  # mean completion length under this share of its start: the model stopped answering
+CLIPPED = 0.50          # half the completions cut at max_completion_length: answers never finish
+ENTROPY_COLLAPSE = 0.2  # entropy under this share of its start ...
+EARLY = 0.3             # ... within the first 30% of the run: the policy stopped exploring before it learned
+
+
+def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,
+                     evals: list | None = None) -> list[dict]:
+    """The run's warnings so far, each {"rule", "step", "message"}, from the trainer's logged metrics and the
+    held-out evaluations `evals` ([(step, accuracy)]; by default the eval/accuracy points in the log)."""
+    train = [e for e in log_history if "reward" in e and "step" in e]
+    evals = evals if evals is not None else [(e["step"], e["eval/accuracy"]) for e in log_history if "eval/accuracy" in e]
+    if len(train) < MONITOR_WINDOW:
+        return []
+    step, found = train[-1]["step"], []
+
+    def mean(key, entries):
+        values = [e[key] for e in entries if e.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    def warn(rule, message):
+        found.append({"rule": rule, "step": step, "message": message})
+
+    head, tail = train[:MONITOR_WINDOW], train[-MONITOR_WINDOW:]
+    if len(evals) >= 2 and evals[-1][0] > evals[0][0]:
+        before = [e for e in train if e["step"] <= evals[0][0]][-MONITOR_WINDOW:] or head
+        after = [e for e in train if e["step"] <= evals[-1][0]][-MONITOR_WINDOW:]
+        gain, accuracy_gain = mean("reward", after) - mean("reward", before), evals[-1][1] - evals[0][1]
+        if gain >= REWARD_RISE * max_reward and accuracy_gain < ACCURACY_FLAT:
+            warn("reward_without_accuracy", f"training reward rose {gain:+.2f} (steps {evals[0][0]}-{evals[-1][0]}) "
+                 f"while held-out accuracy moved {accuracy_gain:+.2f} ({evals[0][1]:.2f} -> {evals[-1][1]:.2f}): the "
+                 "rubric pays for something other than the task. Look at which rewards/<name>/mean rose, and read "
+                 "train_samples.jsonl")
+    if len(train) >= 2 * MONITOR_WINDOW and mean(f"rewards/{outcome}/mean", tail) is not None:
+        outcome_gain = mean(f"rewards/{outcome}/mean", tail) - mean(f"rewards/{outcome}/mean", head)
+        for key in sorted({k for e in tail for k in e if k.startswith("rewards/") and k.endswith("/mean")}):
+            level = mean(key, tail)
+            if key != f"rewards/{outcome}/mean" and level >= SATURATED and outcome_gain < OUTCOME_FLAT:
+                warn("auxiliary_saturated", f"{key.split('/')[1]} is saturated ({level:.2f}) while {outcome} gained "
+                     f"{outcome_gain:+.2f}: the model collects the easy reward and not the task. Lower its weight "
+                     "or read train_samples.jsonl")
+                break
+    recent = [e.get("frac_reward_zero_std") for e in train[-NO_SIGNAL_POINTS:]]
+    if len(recent) == NO_SIGNAL_POINTS and all(v is not None and v >= NO_SIGNAL for v in recent):
+        warn("no_signal", f"{min(recent):.0%} or more of the groups had identical rewards for the last "
+             f"{NO_SIGNAL_POINTS} logged points: nothing to learn from. Run --eval_only --eval_num_samples 8 "
+             "for the signal report: warm-start, easier data or a partial-credit reward")
+    start_length, length = mean("completions/mean_length", head), mean("completions/mean_length", tail)
+    if start_length and length is not None and len(train) >= 2 * MONITOR_WINDOW and length < LENGTH_COLLAPSE * start_length:
+        warn("length_collapse", f"mean completion length fell from {start_length:.0f} to {length:.0f} tokens: "
+             "the model stopped answering. Read train_samples.jsonl; a length or format reward may pay for brevity")
+    clipped = mean("completions/clipped_ratio", tail)
+    if clipped is not None and clipped >= CLIPPED:
+        warn("clipped", f"{clipped:.0%} of completions are cut at max_completion_length: their answers never "
+             "finish. Raise --max_completion_length or reward shorter reasoning")
+    start_entropy, entropy = mean("entropy", head), mean("entropy", tail)
+    if (start_entropy and entropy is not None and len(train) >= 2 * MONITOR_WINDOW and step <= EARLY * max_steps
+            and entropy < ENTROPY_COLLAPSE * start_entropy):
+        warn("entropy_collapse", f"entropy fell from {start_entropy:.2f} to {entropy:.2f} by step {step} "
+             f"({step / max_steps:.0%} of the run): the policy stopped exploring. Lower the learning rate or raise "
+             "the temperature")
+    return found
+
+
+class RunMonitor(TrainerCallback):
+    """Checks the rules above at every log; prints each warning once and keeps them for eval.json."""
+
+    def __init__(self, max_reward: float, outcome: str = "correctness_reward"):
+        self.max_reward, self.outcome, self.warnings = max_reward, outcome, []
+
+    def check(self, log_history, max_steps, evals=None):
+        for warning in monitor_warnings(log_history, self.outcome, self.max_reward, max_steps, evals):
+            if warning["rule"] not in {w["rule"] for w in self.warnings}:
+                self.warnings.append(warning)
+                if int(os.environ.get("RANK", "0")) == 0:
+                    print(f"\nWARNING (step {warning['step']}): {warning['message']}")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.check(state.log_history, state.max_steps)
+
+
+class MidRunEval(TrainerCallback):
+    """Every `every` steps: greedy held-out accuracy, logged as eval/<metric> (to --report_to too) and plotted."""
+
+    def __init__(self, trainer, dataset, every: int, trajectories: Path, **evaluate_kwargs):
+        self.trainer, self.dataset, self.every, self.trajectories = trainer, dataset, every, trajectories
+        self.evaluate_kwargs = evaluate_kwargs
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # a fresh run: the starting point of the curve
+            self.on_step_end(args, state, control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and len(self.dataset) and state.global_step % self.every == 0:
+            metrics = evaluate(self.trainer, self.dataset, trajectories=self.trajectories, step=state.global_step,
+                               **self.evaluate_kwargs)
+            # Trainer.log, not GRPOTrainer.log: the latter would flush the step's training metrics into this entry
+            Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
+
+
+def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
+    """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
+    plain JSON lines, nothing printed, so it costs next to nothing."""
+    saved = {"step": None}
+
+    @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
+    def wrapper(completions, **kwargs):
+        scores = reward_func(completions, **kwargs)
+        state = kwargs.get("trainer_state")
+        step = state.global_step if state is not None else 0
+        if per_log and step % every == 0 and step != saved["step"] and int(os.environ.get("RANK", "0")) == 0:
+            saved["step"] = step
+            columns = {k: v[:per_log] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
+            with open(path, "a", encoding="utf-8") as f:
+                for i, scored in enumerate(score(completions[:per_log], **columns)):
+                    completion = completions[i]  # one message's text; a tool run's whole list of messages
+                    text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
+                    f.write(json.dumps({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
+                                        "completions": [{"text": text, "greedy": False, "parsed_answer":
+                                                         extract_answer(completion_text(text)), **scored}]},
+                                       default=str) + "\n")
+        return scores
+
+    return wrapper
 
 
 # %% [markdown]
@@ -1124,8 +1325,15 @@ def plot_curves(log_history: list[dict], path: Path):
     components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
     fig = Figure(figsize=(16, 4.2))
     axes = fig.subplots(1, 3)
-    axes[0].plot(steps, [entry["reward"] for entry in logs], color="black")
+    axes[0].plot(steps, [entry["reward"] for entry in logs], color="black", label="training reward")
     axes[0].set_title("total reward (weighted sum)")
+    held_out = [(entry["step"], entry["eval/accuracy"]) for entry in log_history if "eval/accuracy" in entry]
+    if held_out:  # on its own 0-1 axis: the line that says whether the reward is paying for the task
+        accuracy_axis = axes[0].twinx()
+        accuracy_axis.plot(*zip(*held_out), color="tab:green", marker="o", label="held-out accuracy")
+        accuracy_axis.set_ylim(0, 1)
+        accuracy_axis.set_ylabel("held-out accuracy (greedy)", color="tab:green")
+        axes[0].set_title("training reward (black) and held-out accuracy (green)")
     for key in components:
         axes[1].plot(steps, [entry.get(key, math.nan) for entry in logs], label=key.split("/")[1])
     axes[1].set_title("reward components (unweighted, 0-1)")
@@ -1145,20 +1353,25 @@ def plot_curves(log_history: list[dict], path: Path):
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
 def main(argv=None):
-    """Train, evaluate before and after, plot. `argv` is a list of flags; None reads sys.argv."""
+    """Train, evaluate before and after, plot (or, with --eval_only, only evaluate). `argv` is a list of flags;
+    None reads sys.argv."""
     started = time.time()
     script_args, training_args, model_args = parse_args(argv)
     check_environment(training_args, model_args)
-    resume = resolve_checkpoint(training_args)
+    resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
     train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)
     ToolEnvironment.budget = script_args.tool_call_budget
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
 
     training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype,
                                        "revision": model_args.model_revision,
                                        "attn_implementation": model_args.attn_implementation}
     rewards = [func for func, _ in RUBRIC]
     rewards[0] = with_logging(rewards[0], script_args.print_samples_every)
+    rewards[0] = with_sample_saving(rewards[0], output_dir / "train_samples.jsonl", training_args.logging_steps,
+                                    script_args.train_samples_per_log)
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
     try:
@@ -1179,27 +1392,63 @@ def main(argv=None):
                               "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
         raise
 
+    main_process = trainer.accelerator.is_main_process
+    for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
+        if main_process:
+            (output_dir / name).unlink(missing_ok=True)
     evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
                       max_rounds=training_args.max_tool_calling_iterations)
-    results = {"before": evaluate(trainer, eval_dataset, **evaluation)}
+
+    def report(results):  # the run's facts beside the scores, written by the main process
+        if main_process:
+            results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
+                           num_processes=trainer.accelerator.num_processes,
+                           wall_time_seconds=round(time.time() - started, 1))
+            (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
+
+    if script_args.eval_only:  # no optimizer, no trainer state, no checkpoint
+        results = {"eval_only": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                         trajectories=output_dir / "eval_only.jsonl", **evaluation)}
+        report(results)
+        if main_process and results["eval_only"]:
+            scores = results["eval_only"]
+            print(f"\nheld-out ({scores['num_examples']} questions, greedy): accuracy {scores['accuracy']:.2f}, "
+                  f"tool-call success {scores['tool_call_success']:.2f}, calls {scores['mean_tool_calls']:.2f}")
+            if "signal" in scores:
+                print(signal_report(scores))
+            print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
+        trainer.accelerator.wait_for_everyone()
+        return results
+
+    results = {"before": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                  trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
+    if main_process and "signal" in results["before"]:
+        print(signal_report(results["before"]))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0))
+    trainer.add_callback(monitor)
+    trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
+                                                                           len(eval_dataset)))),
+                                    script_args.mid_eval_steps, output_dir / "eval_midrun.jsonl", **evaluation))
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: the full log history, next to the final model
-    results["after"] = evaluate(trainer, eval_dataset, **evaluation)
-
-    output_dir = Path(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        results["model"] = model_args.model_name_or_path
-        results["dataset"] = script_args.dataset_name
-        results["global_step"] = trainer.state.global_step
-        results["num_processes"] = trainer.accelerator.num_processes
-        results["wall_time_seconds"] = round(time.time() - started, 1)
-        (output_dir / "eval.json").write_text(json.dumps(results, indent=2))
+    results["after"] = evaluate(trainer, eval_dataset, trajectories=output_dir / "eval_after.jsonl",
+                                step=trainer.state.global_step, **evaluation)
+    if results["before"] and not any("eval/accuracy" in e for e in trainer.state.log_history):
+        # No mid-run evaluation: judge the reward against the held-out accuracy before and after instead
+        monitor.check(trainer.state.log_history, trainer.state.max_steps, evals=[
+            (0, results["before"]["accuracy"]), (trainer.state.global_step, results["after"]["accuracy"])])
+    results["warnings"] = monitor.warnings
+    results["global_step"] = trainer.state.global_step
+    report(results)
+    if main_process:
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         if results["before"]:
             print(f"\n{'held-out':<18}{'before':>8}{'after':>8}   ({results['after']['num_examples']} questions)")
             for key in ("accuracy", "tool_call_success", "mean_tool_calls"):
                 print(f"{key:<18}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+        print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
+                                                                   for w in monitor.warnings))
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
     trainer.accelerator.wait_for_everyone()  # the main process wrote the results: now all leave together
     if hasattr(trainer, "end"):

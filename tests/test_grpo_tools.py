@@ -171,6 +171,10 @@ def test_offline_demo_learns_to_use_the_calculator(tmp_path):
           f"{before['mean_tool_calls']:.2f} -> {after['mean_tool_calls']:.2f}, {evaluation['wall_time_seconds']} s")
     assert after["tool_call_success"] >= 0.9
     assert after["accuracy"] - before["accuracy"] >= 0.20
+    assert evaluation["warnings"] == []  # the demo as it ships is not hacked
+    state = json.loads((out / "trainer_state.json").read_text())
+    midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
+    assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out accuracy during training, rising
 
 
 def test_correctness_agrees_with_rewards_py():

@@ -4,7 +4,7 @@ reward-hacking monitor (its rules on synthetic logs, and a real run with a hacka
 import json
 
 import pytest
-from conftest import FAST_RUN, TINY_MODEL, TOY_DATA, run_script
+from conftest import FAST_RUN, REPO, TINY_MODEL, TOY_DATA, run_script
 
 import grpo_math
 
@@ -137,3 +137,36 @@ def test_the_monitor_warns_once_per_rule(capsys):
         monitor.check(logs[:end], 1000)
     assert [w["rule"] for w in monitor.warnings] == ["no_signal"]
     assert capsys.readouterr().out.count("WARNING") == 1
+
+
+# ----------------------------------------------------------------------------- the same instruments in grpo_tools.py
+import grpo_tools  # noqa: E402
+from test_grpo_tools import FAST_RUN as TOOLS_RUN  # noqa: E402
+
+
+def test_the_watching_block_is_the_same_in_both_scripts():
+    """Copied block for block: a fix to one must reach the other."""
+    block = [(REPO / name).read_text().split("# ## Watching the run")[1].split("# ## Plots")[0]
+             for name in ("grpo_math.py", "grpo_tools.py")]
+    assert block[0] == block[1]
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_tools_eval_only_keeps_whole_conversations(samples, tmp_path):
+    out = tmp_path / "eval"
+    result = run_script([*TOOLS_RUN, "--eval_only", "--eval_num_samples", samples, "--output_dir", out],
+                        script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((out / "eval.json").read_text())["eval_only"]
+    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl"]
+    rows = read_jsonl(out / "eval_only.jsonl")
+    assert len(rows) == 16 and all(len(row["completions"]) == 1 + (samples if samples > 1 else 0) for row in rows)
+    names = {func.__name__ for func, _ in grpo_tools.RUBRIC}
+    for row in rows:
+        for c in row["completions"]:
+            assert isinstance(c["text"], list) and c["text"][-1]["role"] == "assistant"  # the whole conversation
+            assert set(c["rewards"]) == names
+            assert c["parsed_answer"] == grpo_tools.extract_answer(c["text"][-1]["content"])
+    calls = [m for row in rows for m in row["completions"][0]["text"] if m.get("tool_calls")]
+    assert scores["mean_tool_calls"] == pytest.approx(sum(len(m["tool_calls"]) for m in calls) / 16)
+    assert ("signal report" in result.stdout) == (samples > 1)
