@@ -32,6 +32,7 @@ Run it
     accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_tools.py
         # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
     torchrun --nproc_per_node 2 grpo_tools.py             # two processes on CPU: tries the launch path
+    python grpo_tools.py --eval_only --eval_num_samples 8 # no training: will GRPO learn anything?
     python grpo_tools.py --help                           # every flag
 From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "10"])`.
 Several machines: the accelerate line on each, plus `--num_machines 2 --num_processes 16
@@ -44,7 +45,9 @@ What to expect
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the calculator on most GSM8K questions from the
     start; training raises the share of calls that run and the accuracy over a few hundred steps.
 Outputs, in --output_dir: checkpoints, the final model, eval.json (accuracy, tool-call success
-and tool calls per question, before and after training) and training_curves.png.
+and tool calls per question, before and after training), training_curves.png (with held-out
+accuracy during training), the run monitor's warnings in eval.json, and every evaluated answer in
+eval_*.jsonl (README: Watching a run).
 
 How this departs from textbook GRPO: as grpo_math.py (beta = 0, DAPO token-level loss, one
 optimisation step per generation batch, a weighted rubric), plus multi-turn rollouts whose tool

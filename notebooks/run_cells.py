@@ -6,14 +6,17 @@
 import os
 import time
 
-flags = []  # command-line flags, e.g. ["--max_steps", "50", "--learning_rate", "1e-5"]
+# Command-line flags, e.g. ["--max_steps", "50", "--learning_rate", "1e-5"]. --eval_num_samples 8 samples 8 answers
+# per held-out question before training: the signal report (will GRPO learn anything?) prints before the first step.
+flags = ["--eval_num_samples", "8"]
 # A new folder for each run (or $NOTEBOOK_OUTPUT_DIR). To continue a stopped run, set OUTPUT_DIR to its folder
 # and flags to ["--resume_from_checkpoint", "last"].
 OUTPUT_DIR = os.environ.get("NOTEBOOK_OUTPUT_DIR") or time.strftime("outputs/{stem}/%Y%m%d-%H%M%S")
 results = main(["--output_dir", OUTPUT_DIR, *flags])
 
 # %% [markdown]
-# The held-out scores before and after training, also saved in `eval.json` in `OUTPUT_DIR`.
+# The held-out scores before and after training, the signal report and the run monitor's warnings, also saved in
+# `eval.json` in `OUTPUT_DIR`; every answer is in its `eval_*.jsonl` files.
 # %%
 def number(value):
     return f"{value:.2f}" if isinstance(value, float) else str(value)
@@ -24,9 +27,12 @@ print(f"{'held-out':<{width}}{'before':>8}{'after':>8}")
 for key, before in results["before"].items():
     if isinstance(before, (int, float)) and key in results["after"]:
         print(f"{key:<{width}}{number(before):>8}{number(results['after'][key]):>8}")
+if "signal" in results["before"]:
+    print(signal_report(results["before"]))
+print(f"{len(results['warnings'])} monitor warning(s)", *[w["message"] for w in results["warnings"]], sep="\n")
 
 # %% [markdown]
-# The training curves: total reward, each reward and the completion length against step.
+# The training curves: total reward with held-out accuracy (green), each reward and the completion length.
 # %%
 from IPython.display import Image, display
 
