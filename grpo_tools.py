@@ -965,6 +965,21 @@ def resolve_checkpoint(training_args):
     return resume
 
 
+def load_model(model_args):
+    """What GRPOTrainer gets as its model: the id or folder itself, except for a PEFT adapter folder (what
+    --use_peft saves), which becomes its base model with the adapter merged in."""
+    folder = Path(model_args.model_name_or_path)
+    if not (folder / "adapter_config.json").exists() or (folder / "config.json").exists():
+        return model_args.model_name_or_path
+    from peft import AutoPeftModelForCausalLM
+
+    try:  # the base model is the one named in adapter_config.json
+        return AutoPeftModelForCausalLM.from_pretrained(folder, dtype=model_args.dtype).merge_and_unload()
+    except OSError as error:
+        raise RecipeError(f"cannot load the base model of the adapter in {folder} ({error}): check "
+                          "base_model_name_or_path in its adapter_config.json") from None
+
+
 def load_tokenizer(model_args, training_args):
     from transformers import AutoTokenizer
 
@@ -1379,7 +1394,7 @@ def main(argv=None):
         training_args.reward_weights = [weight for _, weight in RUBRIC]
     try:
         trainer = GRPOTrainer(
-            model=model_args.model_name_or_path,
+            model=load_model(model_args),
             reward_funcs=rewards,
             args=training_args,
             train_dataset=train_dataset,

@@ -175,6 +175,14 @@ def test_offline_demo_learns_to_use_the_calculator(tmp_path):
     state = json.loads((out / "trainer_state.json").read_text())
     midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
     assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out accuracy during training, rising
+    # --eval_only on a checkpoint the demo wrote, with the signal report
+    result = run_script(["--model_name_or_path", out / "checkpoint-200", "--dataset_name", TOY_TOOLS_DATA,
+                         "--eval_only", "--max_completion_length", 96, "--eval_batch_size", 200,
+                         "--eval_num_samples", 2, "--output_dir", tmp_path / "eval"], script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
+    assert scores["accuracy"] == pytest.approx(after["accuracy"])  # the same weights, the same greedy answers
+    assert "signal report" in result.stdout
 
 
 def test_correctness_agrees_with_rewards_py():

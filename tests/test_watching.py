@@ -170,3 +170,16 @@ def test_tools_eval_only_keeps_whole_conversations(samples, tmp_path):
     calls = [m for row in rows for m in row["completions"][0]["text"] if m.get("tool_calls")]
     assert scores["mean_tool_calls"] == pytest.approx(sum(len(m["tool_calls"]) for m in calls) / 16)
     assert ("signal report" in result.stdout) == (samples > 1)
+
+
+def test_eval_only_takes_a_peft_adapter_folder(tmp_path):
+    """What --use_peft saves: an adapter, evaluated on its base model."""
+    run = tmp_path / "lora"
+    result = run_script([*FAST_RUN, "--use_peft", "--max_steps", "1", "--num_eval_examples", "8", "--output_dir", run])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (run / "adapter_config.json").exists() and not (run / "config.json").exists()
+    result = run_script([*FAST_RUN, "--model_name_or_path", run, "--num_eval_examples", "8", "--eval_only",
+                         "--output_dir", tmp_path / "eval"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
+    assert scores["accuracy"] == pytest.approx(json.loads((run / "eval.json").read_text())["after"]["accuracy"])
