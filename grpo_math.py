@@ -466,7 +466,7 @@ def parse_args(argv=None):
     return script_args, training_args, model_args
 
 
-def check_environment(training_args, model_args):
+def check_environment(script_args, training_args, model_args):
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise RecipeError("--use_vllm needs vLLM, which is not installed: `pip install vllm` (Linux + CUDA GPU)")
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
@@ -475,6 +475,13 @@ def check_environment(training_args, model_args):
     if quantized and importlib.util.find_spec("bitsandbytes") is None:
         raise RecipeError("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes` "
                           "(CUDA GPU), or drop the flag")
+    if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < 0:
+        raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps and --train_samples_per_log 0 or "
+                          "more (0 turns them off)")
+    evaluation = Path(training_args.output_dir, "eval.json")
+    if script_args.eval_only and evaluation.exists() and "eval_only" not in json.loads(evaluation.read_text()):
+        raise RecipeError(f"{training_args.output_dir} holds a training run's eval.json: pass another --output_dir "
+                          "for --eval_only, so that the run's results are kept")
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(RUBRIC):
         raise RecipeError(f"--reward_weights has {len(weights)} values but RUBRIC has {len(RUBRIC)} functions")
@@ -596,7 +603,7 @@ def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num
 
 def score(completions: list, **columns) -> list[dict]:
     """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
-    trainer passes the rewards besides the completions (answer=[...], and the like)."""
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
     by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
     return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
              "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
@@ -626,12 +633,7 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples
                "num_examples": len(greedy), "questions_per_process": trainer._questions_per_process,
                "sample_completion": answers[0][0]}
     if samples:
-        right = [sum(correct[i + 1:i + 1 + samples]) for i in greedy]
-        metrics.update({"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
-                        f"pass@{samples}": sum(k > 0 for k in right) / len(right),
-                        "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
-                                   "mixed": sum(0 < k < samples for k in right) / len(right),
-                                   "all_right": sum(k == samples for k in right) / len(right)}})
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
     if trajectories is not None and trainer.accelerator.is_main_process:
         with open(trajectories, "a", encoding="utf-8") as f:
             for prompt, gold, texts, scored in zip(dataset["prompt"], golds, answers, per_row):
@@ -639,6 +641,15 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples
                     {"text": text, "greedy": i == 0, "parsed_answer": extract_answer(text), **s}
                     for i, (text, s) in enumerate(zip(texts, scored))]}) + "\n")
     return metrics
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
 
 
 def signal_report(metrics: dict) -> str:
@@ -837,7 +848,7 @@ def main(argv=None):
     None reads sys.argv."""
     started = time.time()
     script_args, training_args, model_args = parse_args(argv)
-    check_environment(training_args, model_args)
+    check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
     train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)

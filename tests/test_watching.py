@@ -183,3 +183,34 @@ def test_eval_only_takes_a_peft_adapter_folder(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
     assert scores["accuracy"] == pytest.approx(json.loads((run / "eval.json").read_text())["after"]["accuracy"])
+
+
+@pytest.mark.parametrize("name", ["score", "sample_metrics", "signal_report", "load_model"])
+def test_shared_plumbing_is_the_same_in_both_scripts(name):
+    import inspect
+
+    assert inspect.getsource(getattr(grpo_math, name)) == inspect.getsource(getattr(grpo_tools, name))
+
+
+def test_sample_metrics_count_groups():
+    metrics = grpo_math.sample_metrics([0, 2, 4, 1], 4)  # right answers out of 4, for 4 questions
+    assert metrics["pass@1"] == pytest.approx(7 / 16) and metrics["pass@4"] == pytest.approx(3 / 4)
+    assert metrics["signal"] == {"all_wrong": 0.25, "mixed": 0.5, "all_right": 0.25}
+
+
+@pytest.mark.parametrize("script", ["grpo_math.py", "grpo_tools.py"])
+def test_eval_only_never_overwrites_a_training_run(script, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.json").write_text('{"before": {}, "after": {}}')
+    result = run_script([*(FAST_RUN if script == "grpo_math.py" else TOOLS_RUN), "--eval_only", "--output_dir", run],
+                        script=script)
+    assert result.returncode != 0 and "pass another --output_dir" in result.stderr.splitlines()[-1]
+    assert (run / "eval.json").read_text() == '{"before": {}, "after": {}}'
+
+
+@pytest.mark.parametrize("flag, value", [("--eval_num_samples", "0"), ("--mid_eval_steps", "-5")])
+def test_bad_instrument_flags_are_one_clear_error(flag, value, tmp_path):
+    result = run_script([*FAST_RUN, flag, value, "--output_dir", tmp_path / "run"])
+    assert result.returncode != 0 and "--eval_num_samples must be 1 or more" in result.stderr.splitlines()[-1]
+    assert not (tmp_path / "run" / "eval.json").exists()
