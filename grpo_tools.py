@@ -378,8 +378,8 @@ def build_root(stage):
         ok(libc.chroot(b"."), "chroot")
     os.chdir("/")
 
-def run_code(path, source, output, work):  # the code's own process: give up everything, then run it as `python -I`
-    for number, fd in ((0, os.open("/dev/null", os.O_RDONLY)), (1, output), (2, output)):
+def run_code(path, source, stdin, output, work):  # the code's own process: give up everything, then run it as `python -I`
+    for number, fd in ((0, os.open("/dev/null", os.O_RDONLY) if stdin is None else stdin), (1, output), (2, output)):
         os.dup2(fd, number)
     os.closerange(3, 1 << 16)  # no control socket, no result channel: the code cannot forge its own result
     os.setsid()
@@ -425,15 +425,21 @@ def run_code(path, source, output, work):  # the code's own process: give up eve
 
 def serve(connection):  # one call, in a child of the zygote
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    header, _, data = b"".join(chunks).partition(b"\n")  # b"<length of the code>\n" + code + what stdin reads
+    source, stdin = data[:int(header)], data[int(header):]
     if cfg["namespaces"]:
         ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
         if os.fork():
             os._exit(0)  # the child is PID 1 of the new PID namespace: when it exits, all of the call's processes die
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        # The captured output: a file without a name on a tmpfs of its own, detached before the code runs, so the
-        # code can neither open it again nor crowd it out by filling /tmp.
-        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['output'] + 2**16},nr_inodes=8,mode=700")
-        output = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+        # The captured output (and stdin): files without a name on a tmpfs of their own, detached before the code
+        # runs, so the code can neither open them again nor crowd the output out by filling /tmp.
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={cfg['output'] + len(stdin) + 2**16},nr_inodes=8,mode=700")
+        output, stdin_file = (os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
         ok(libc.umount2(b"/tmp", MNT_DETACH), "detach the output's tmpfs")
         for path, size in (("/tmp", cfg["tmp_bytes"]), ("/dev/shm", cfg["tmp_bytes"] // 4)):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
@@ -443,20 +449,20 @@ def serve(connection):  # one call, in a child of the zygote
         os.mkdir(work, 0o700)
         if cfg["drop"]:
             os.chown(work, NOBODY, NOBODY)
-        output = os.open(os.path.join(work, ".output"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        os.unlink(os.path.join(work, ".output"))  # a file without a name: the code cannot open it again
+        output, stdin_file = (os.open(os.path.join(work, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                              for name in (".output", ".stdin"))
+        for name in (".output", ".stdin"):  # files without a name: the code cannot open them again
+            os.unlink(os.path.join(work, name))
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not trace this process or open its files
-    chunks = []
-    while chunk := connection.recv(1 << 16):
-        chunks.append(chunk)
-    source, path = b"".join(chunks), os.path.join(work, "main.py")
+    os.pwrite(stdin_file, stdin, 0)
+    path = os.path.join(work, "main.py")
     with open(path, "wb") as f:
         f.write(source)
     fd = connection.detach()
     pid = os.fork()
     if pid == 0:
         try:
-            run_code(path, source, output, work)
+            run_code(path, source, stdin_file if stdin else None, output, work)
         finally:
             os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
     timed_out = []
@@ -542,8 +548,11 @@ class _Sandbox:
             self.status = f"no answer from the zygote ({e})"
         self.control.settimeout(None)
 
-    def run(self, code):
-        """(exit status, output, whether the output hit the file-size limit) of one call."""
+    def run(self, code, stdin=b""):
+        """(exit status, output, whether the output hit the file-size limit) of one call; `stdin` is what the
+        code reads from standard input (bytes, at most PYTHON_FILE_BYTES)."""
+        if len(stdin) > PYTHON_FILE_BYTES:
+            raise ValueError(f"stdin too long ({len(stdin)} bytes, limit {PYTHON_FILE_BYTES})")
         ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
         with ours:
             try:
@@ -552,7 +561,8 @@ class _Sandbox:
                 theirs.close()
             ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
             try:
-                ours.sendall(code.encode("utf-8", "surrogatepass"))
+                source = code.encode("utf-8", "surrogatepass")
+                ours.sendall(b"%d\n" % len(source) + source + stdin)
                 ours.shutdown(socket.SHUT_WR)
                 reply = bytearray()
                 while len(reply) < PYTHON_FILE_BYTES + 16 and (chunk := ours.recv(1 << 16)):
@@ -599,12 +609,12 @@ def _sandbox_mode():
     return _SANDBOX
 
 
-def _run_in_sandbox(code):
-    """Run `code` once: (exit status, output, whether the output hit the file-size limit)."""
+def _run_in_sandbox(code, stdin=b""):
+    """Run `code` once, reading `stdin`: (exit status, output, whether the output hit the file-size limit)."""
     try:
-        return _sandbox_mode().run(code)
+        return _sandbox_mode().run(code, stdin)
     except (BrokenPipeError, ConnectionError):  # the zygote died (killed from outside): start another, once
-        return _sandbox_mode().run(code)
+        return _sandbox_mode().run(code, stdin)
 
 
 os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=threading.Lock()))
