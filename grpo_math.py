@@ -101,6 +101,7 @@ SYSTEM_PROMPT = """Respond in the following format:
 </answer>"""
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # fits a free Colab T4 (16 GB) with full fine-tuning
+DEFAULT_DATASET = ("openai/gsm8k", "main")  # what --dataset_name means when it is not given
 
 
 # %% [markdown]
@@ -462,7 +463,7 @@ def parse_args(argv=None):
     if model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_MODEL
     if script_args.dataset_name is None:
-        script_args.dataset_name, script_args.dataset_config = "openai/gsm8k", "main"
+        script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
     return script_args, training_args, model_args
 
 

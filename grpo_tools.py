@@ -106,6 +106,7 @@ def arg(default, help):
 SYSTEM_PROMPT = """Use the tools for arithmetic. Give the final answer as <answer>number</answer>."""
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
+DEFAULT_DATASET = ("openai/gsm8k", "main")  # what --dataset_name means when it is not given
 
 
 # %% [markdown]
@@ -938,7 +939,7 @@ def parse_args(argv=None):
     if model_args.model_name_or_path is None:
         model_args.model_name_or_path = DEFAULT_MODEL
     if script_args.dataset_name is None:
-        script_args.dataset_name, script_args.dataset_config = "openai/gsm8k", "main"
+        script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
     return script_args, training_args, model_args
 
 

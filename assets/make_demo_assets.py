@@ -29,6 +29,18 @@ The tool demo (assets/toy_tools/, assets/tiny-qwen-tools/):
 3. Warm start: a sloppy teacher again. In 60% of its conversations it skips the calculator and
    guesses; in the rest it calls calculator("23 * 47"), reads 1081, answers <answer>1081</answer>.
    The model learns both habits and, greedy, mostly guesses. GRPO learns that calling pays.
+
+The coding demo (assets/toy_code/, assets/tiny-qwen-code/):
+1. Toy tasks in HumanEval's layout: a small function to write ("Return x plus 7.", "Return how many
+   numbers in xs are greater than 3.", ...) as a signature and docstring with one example, a
+   reference solution, and five hidden test cases in check(candidate).
+2. Tokenizer and model as above, trained on whole conversations rendered with grpo_code.py's own
+   system prompt, task message and run_python description (imported from it).
+3. Warm start: a sloppy teacher once more. Its first attempt uses a constant one too high in 60% of
+   tasks. In 40% of its conversations it tries the attempt with run_python on the docstring's
+   example, reads the output and ends with correct code; otherwise it hands in the first attempt.
+   Greedy, the model mostly skips the run and hands in the off-by-one; GRPO, paid by the hidden
+   tests, learns to try the code first.
 """
 
 import argparse
@@ -303,6 +315,98 @@ def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
     print(f"wrote {data_dir} and {model_dir}")
 
 
+# ---- the coding demo (grpo_code.py) -----------------------------------------------------------
+CODE_TASKS = [  # (docstring, argument, the body's expression with {k})
+    ("Return x plus {k}.", "x", "x + {k}"),
+    ("Return x minus {k}.", "x", "x - {k}"),
+    ("Return x times {k}.", "x", "x * {k}"),
+    ("Return a list with {k} added to each number in xs.", "xs", "[x + {k} for x in xs]"),
+    ("Return how many numbers in xs are greater than {k}.", "xs", "sum(1 for x in xs if x > {k})"),
+    ("Return the numbers in xs that are divisible by {k}.", "xs", "[x for x in xs if x % {k} == 0]"),
+]
+CODE_NAMES = ["solve", "compute", "transform", "apply", "calc", "process", "shift", "scale", "count", "pick"]
+
+
+def code_input(rng: random.Random, argument: str):
+    return rng.randint(0, 20) if argument == "x" else [rng.randint(0, 20) for _ in range(rng.randint(3, 5))]
+
+
+def make_code_task(rng: random.Random) -> dict:
+    """A small function in HumanEval's layout: prompt (signature, docstring, one example), reference, tests."""
+    doc, argument, expression = rng.choice(CODE_TASKS)
+    name, k = rng.choice(CODE_NAMES), rng.randint(2, 9)
+    function = eval(f"lambda {argument}: {expression.format(k=k)}")
+    example = code_input(rng, argument)
+    prompt = (f"def {name}({argument}):\n    \"\"\"{doc.format(k=k)}\n    >>> {name}({example!r})\n"
+              f"    {function(example)!r}\n    \"\"\"\n")
+    inputs = [example] + [code_input(rng, argument) for _ in range(4)]
+    test = "def check(candidate):\n" + "".join(f"    assert candidate({x!r}) == {function(x)!r}\n" for x in inputs)
+    return {"task_id": f"toy/{name}/{expression.format(k=k)}", "prompt": prompt, "entry_point": name,
+            "canonical_solution": f"    return {expression.format(k=k)}\n", "test": test,
+            "example": repr(example), "body": expression, "k": k, "argument": argument}
+
+
+def code_conversation(task: dict, grpo_code, rng: random.Random, teacher_error: float, try_rate: float) -> list:
+    """A warm-start conversation: a first attempt (off by one, sometimes), tried with run_python or handed in."""
+    def function(k):
+        return f"def {task['entry_point']}({task['argument']}):\n    return {task['body'].format(k=k)}\n"
+
+    message = grpo_code.task_message(task["prompt"], task["test"], task["entry_point"], task["prompt"])
+    messages = [{"role": "system", "content": grpo_code.SYSTEM_PROMPT}, {"role": "user", "content": message}]
+    attempt = function(task["k"] + 1 if rng.random() < teacher_error else task["k"])
+    if rng.random() < try_rate:  # try it on the docstring's example, read the output, hand in correct code
+        code = attempt + f"print({task['entry_point']}({task['example']}))"
+        namespace = {}
+        exec(attempt, namespace)
+        output = f"{namespace[task['entry_point']](eval(task['example']))}\n"  # what print() shows
+        call = {"type": "function", "function": {"name": "run_python", "arguments": {"code": code}}}
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "name": "run_python", "content": output}]
+        attempt = function(task["k"])
+    return messages + [{"role": "assistant", "content": f"```python\n{attempt}```"}]
+
+
+def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float,
+               try_rate: float):
+    sys.path.insert(0, str(HERE.parent))
+    import grpo_code  # the system prompt, task message and tool description must be exactly what training shows
+
+    env = grpo_code.ToolEnvironment()
+    env.reset()
+    tools = grpo_code.tools_of(env)
+    rng = random.Random(seed)
+    seen, train, test = set(), [], []
+    while len(train) + len(test) < 700:
+        task = make_code_task(rng)
+        if task["prompt"] not in seen:
+            seen.add(task["prompt"])
+            (test if len(test) < 100 else train).append(task)
+    data_dir = out / "toy_code"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in [("train", train), ("test", test)]:
+        with open(data_dir / f"{split}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps({k: row[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution",
+                                                        "test")}) + "\n")
+
+    stand_in = make_tokenizer(["x"], vocab_size=300)
+    # Every task several times over, each with its own draw of the teacher's habits
+    conversations = [code_conversation(t, grpo_code, rng, teacher_error, try_rate) for t in train * 4]
+    texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
+    model_dir = out / "tiny-qwen-code"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
+    print(f"tiny code model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
+          f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
+    examples = [assistant_labels(tokenizer, text) for text in texts]
+    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
+    save_model(model, tokenizer, model_dir)
+    print(f"wrote {data_dir} and {model_dir}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write the assets into")
@@ -312,7 +416,12 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
-    parser.add_argument("--demo", choices=["math", "tools", "all"], default="all")
+    parser.add_argument("--demo", choices=["math", "tools", "code", "all"], default="all")
+    parser.add_argument("--code_warm_steps", type=int, default=800)
+    parser.add_argument("--code_teacher_error", type=float, default=0.6,
+                        help="share of the coding teacher's first attempts with a constant one too high")
+    parser.add_argument("--code_try_rate", type=float, default=0.4,
+                        help="share of coding conversations that try the attempt with run_python before answering")
     parser.add_argument("--tools_warm_steps", type=int, default=600)
     parser.add_argument("--tools_teacher_error", type=float, default=0.6,
                         help="share of tool warm-start conversations that skip the calculator and guess")
@@ -326,3 +435,6 @@ if __name__ == "__main__":
     if args.demo in ("tools", "all"):
         build_tools(args.out, args.seed, args.tools_warm_steps, args.hidden, args.layers, args.lr,
                     args.tools_teacher_error)
+    if args.demo in ("code", "all"):
+        build_code(args.out, args.seed, args.code_warm_steps, args.hidden, args.layers, args.lr,
+                   args.code_teacher_error, args.code_try_rate)

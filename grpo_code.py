@@ -1,0 +1,1791 @@
+# %% [markdown]
+# ## Imports
+# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
+# %%
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "torch>=2.4",
+#     "transformers>=5.2",
+#     "trl>=1.16",
+#     "datasets>=4.7",
+#     "peft>=0.17",
+#     "accelerate>=1.10",
+#     "matplotlib>=3.8",
+#     "pyyaml>=6.0",
+# ]
+# ///
+"""Agentic coding GRPO in one file: a small model writes a Python function, may run it, fixes it,
+and is scored by hidden tests.
+
+Each rollout is a conversation: the task is a function to write (a signature and docstring, or a
+description and one example test). The model may call `run_python` to try its code and read the
+output or the traceback, and ends with its solution in one ```python block. Hidden tests, never
+shown to the model, decide the reward: they run in the same sandbox, each test case scored on its
+own, through a harness the code under test cannot fool (exiting early, objects that equal anything,
+patched builtins, printed "passed" lines and reading the tests all score 0). Small terms pay for a
+well-formed final block and for code runs that worked.
+
+Run it
+    python grpo_code.py                                  # no GPU: offline demo on a tiny model (~4 min)
+    python grpo_code.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct, MBPP -> HumanEval
+    python grpo_code.py --use_peft --learning_rate 2e-5  # LoRA
+    python grpo_code.py --dataset_name tasks.jsonl       # your own tasks: a prompt, an entry point, tests
+    python grpo_code.py --config my_run.yaml             # any flag, from a YAML file
+    accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_code.py
+        # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
+    torchrun --nproc_per_node 2 grpo_code.py             # two processes on CPU: tries the launch path
+    python grpo_code.py --eval_only --eval_num_samples 8 # no training: will GRPO learn anything?
+    python grpo_code.py --help                           # every flag
+From Python or a notebook: `import grpo_code; grpo_code.main(["--max_steps", "10"])`.
+
+What to expect
+    CPU demo (measured, 2 cores): see README.md. The tiny model imitated a sloppy teacher that
+    writes an off-by-one constant unless it first tries its code with run_python; GRPO, paid
+    by hidden tests, learns to try and fix.
+    GPU (estimates): Qwen2.5-0.5B-Instruct solves a share of HumanEval from the start; training
+    on MBPP raises pass@1 on HumanEval's hidden tests by a few points over a few hundred steps.
+Outputs, in --output_dir: checkpoints, the final model, eval.json (pass@1 on hidden tests, the
+share of compiling solutions, tool calls per task, before and after training), training_curves.png,
+the run monitor's warnings in eval.json, and every evaluated rollout in eval_*.jsonl.
+
+How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one
+optimisation step per generation batch, a weighted rubric, tool results masked out of the loss).
+
+Model support: TRL drives tool calls only for chat templates it recognises (Qwen2.5, Qwen3,
+Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
+"""
+
+import array
+import ast
+import builtins
+import concurrent.futures
+import functools
+import glob
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.models import unwrap_model_for_generation
+
+
+def arg(default, help):
+    """A config field whose comment is also its --help text."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+# %% [markdown]
+# ## Config
+# The system prompt the model must follow, the model to train and the data: change `DEFAULT_MODEL` to train another
+# one (its chat template must be one TRL can drive tool calls with).
+# %%
+# =====================================================================================
+# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
+# YAML file (--config file.yaml) and an argument of main([...]) from Python.
+# =====================================================================================
+SYSTEM_PROMPT = """Write the Python function the user asks for. You may test code with run_python first. End with the whole function in one ```python block."""
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
+DEFAULT_DATASET = ("google-research-datasets/mbpp", "sanitized")  # train; evaluate on HumanEval (below)
+
+
+# %% [markdown]
+# Data, test and evaluation settings, each also a flag of `main([...])`, e.g. `main(["--num_eval_examples", "50"])`.
+# %%
+@dataclass
+class ScriptArguments:
+    dataset_name: str = arg(None, "Tasks to train on: a Hub dataset id, or a local .json/.jsonl/.parquet file or "
+                                  "folder. Default: MBPP (the toy tasks in assets/ for the offline demo).")
+    dataset_config: str = arg(None, "Dataset configuration, e.g. 'sanitized' for MBPP.")
+    dataset_train_split: str = arg("train+validation+test", "Split(s) to train on, joined with '+'.")
+    dataset_test_split: str = arg("test", "Split of --eval_dataset_name to evaluate on (of the training data when "
+                                          "that is not set; if it has no such split, held-out training tasks).")
+    eval_dataset_name: str = arg("openai/openai_humaneval", "Tasks to evaluate on (hidden tests, greedy); 'none' to "
+                                                            "hold out training tasks instead.")
+    eval_dataset_config: str = arg(None, "Configuration of --eval_dataset_name.")
+    prompt_column: str = arg(None, "Column with the task: code to complete (a signature and docstring) or a "
+                                   "description. Default: 'prompt', else 'text'.")
+    tests_column: str = arg(None, "Column with the hidden tests: Python source (asserts, or a check(candidate) "
+                                  "function as in HumanEval) or a list of assert lines. Default: 'test', else 'test_list'.")
+    entry_point_column: str = arg(None, "Column with the function's name. Default: 'entry_point', else found from "
+                                        "the reference solution and the tests.")
+    solution_column: str = arg(None, "Column with a reference solution, checked against the tests at load time "
+                                     "(a task it fails is dropped). Default: 'canonical_solution', else 'code'.")
+    max_prompt_tokens: int = arg(1024, "Prompts longer than this (tool descriptions included) are dropped.")
+    num_eval_examples: int = arg(200, "Held-out tasks scored before and after training (0 = skip).")
+    eval_batch_size: int = arg(32, "Tasks per generate() call during evaluation.")
+    print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
+    eval_only: bool = arg(False, "Evaluate --model_name_or_path (a Hub id, a folder, a checkpoint, a PEFT adapter "
+                                 "folder) on the held-out tasks and write eval.json; no training.")
+    eval_num_samples: int = arg(1, "1 = greedy only. N > 1: also sample N rollouts per task at the training "
+                                   "temperature for pass@1, pass@N and the signal report (before training).")
+    mid_eval_steps: int = arg(0, "Every this many steps, greedy pass@1 on --num_mid_eval_examples held-out "
+                                 "tasks, logged and plotted as eval/accuracy (0 = off).")
+    num_mid_eval_examples: int = arg(64, "Held-out tasks scored at each mid-run evaluation (the first ones).")
+    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
+
+
+# %% [markdown]
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included; change one here, or
+# pass it as a flag.
+# %%
+@dataclass
+class RecipeConfig(GRPOConfig):
+    """TRL's GRPOConfig with this recipe's defaults. Every other GRPOConfig field is a flag too."""
+
+    output_dir: str = arg(None, "Where checkpoints, eval.json and plots go. Default: outputs/grpo_code/<time>.")
+    learning_rate: float = arg(5e-6, "Full fine-tuning of a 0.5B model; with --use_peft try 2e-5.")
+    lr_scheduler_type: str = arg("cosine", "Learning-rate schedule.")
+    warmup_steps: int = arg(10, "Linear warm-up steps.")
+    max_grad_norm: float = arg(0.1, "Aggressive clipping keeps early, noisy RL updates small.")
+    per_device_train_batch_size: int = arg(8, "Rollouts per device per step (not prompts).")
+    gradient_accumulation_steps: int = arg(4, "Generation batch = batch x accumulation x GPUs = 32 rollouts.")
+    num_generations: int = arg(8, "Rollouts per prompt; GRPO compares them. Must divide the generation batch.")
+    max_completion_length: int = arg(512, "Tokens per rollout, all turns and tool results included.")
+    max_tool_calling_iterations: int = arg(3, "run_python rounds per rollout; ends loops that never answer.")
+    max_steps: int = arg(300, "Optimizer steps (overrides num_train_epochs).")
+    logging_steps: int = arg(5, "Log (and plot) every this many steps.")
+    save_steps: int = arg(50, "Checkpoint every this many steps; --resume_from_checkpoint continues from one.")
+    gradient_checkpointing: bool = arg(True, "Trade compute for memory; needed for full fine-tuning on a T4.")
+    bf16: bool = arg(None, "Default: on where the GPU supports bf16, off on T4s (fp16 is used) and on CPU (fp32).")
+    fp16: bool = arg(None, "Default: on for GPUs without bf16 (e.g. a T4), off otherwise.")
+    report_to: str = arg("none", "Experiment tracker: none, trackio, wandb, tensorboard.")
+    resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
+
+    def __post_init__(self):
+        # Hardware-aware precision, decided here so that derived settings below see the final values.
+        if self.bf16 is None and self.fp16 is None:
+            has_cuda = torch.cuda.is_available()
+            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+            self.fp16 = has_cuda and not self.bf16
+        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+                self.use_cpu = True                          # not N unaware copies of a one-process run
+        if self.output_dir is None:
+            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
+            else:
+                self.output_dir = time.strftime("outputs/grpo_code/%Y%m%d-%H%M%S")
+        super().__post_init__()
+
+
+# %% [markdown]
+# The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy coding tasks from `assets/`,
+# which need no network.
+# %%
+# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
+# the defaults above (flags and YAML still win).
+ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
+DEMO_SETTINGS = dict(
+    model_name_or_path=str(ASSETS / "tiny-qwen-code"),  # made by assets/make_demo_assets.py
+    dataset_name=str(ASSETS / "toy_code"),               # train.jsonl / test.jsonl: small functions, hidden tests
+    eval_dataset_name="none",                            # the toy set's own test split
+    learning_rate=2e-4,
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    max_grad_norm=1.0,
+    per_device_train_batch_size=32,
+    gradient_accumulation_steps=1,
+    num_generations=8,
+    max_completion_length=128,
+    max_tool_calling_iterations=2,
+    max_steps=150,
+    save_steps=50,
+    gradient_checkpointing=False,
+    eval_batch_size=100,
+    num_eval_examples=100,
+    mid_eval_steps=30,  # held-out pass@1 at 6 points of the run, plotted beside the reward
+    num_mid_eval_examples=64,
+)
+
+
+# %% [markdown]
+# ## Tools
+# `run_python`, the one tool the model may call, and the sandbox it runs in; the same sandbox runs the hidden tests.
+# %%
+# =====================================================================================
+# TOOLS: run_python and its sandbox, as in grpo_tools.py (tests hold the two copies equal).
+# Errors come back as text for the model to read, never as exceptions.
+# =====================================================================================
+# %% [markdown]
+# The sandbox behind `run_python`: its limits (`PYTHON_*`: time, memory, file size, output) and the code that sets
+# up namespaces and drops privileges; tighten or loosen a limit here.
+# %%
+PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
+PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
+PYTHON_MEMORY_BYTES = 512 * 2**20  # address space (RLIMIT_AS): large allocations raise MemoryError
+PYTHON_FILE_BYTES = 2**20         # any one file, its captured output included (RLIMIT_FSIZE)
+PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory); /dev/shm gets a quarter
+PYTHON_MAX_PROCESSES = 64         # processes of "nobody", all calls together (only set when dropping root)
+PYTHON_MAX_CODE_CHARS = 100_000   # longer code is refused
+PYTHON_OUTPUT_CHARS = 2000        # returned to the model: the start and the end of longer output
+_SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
+
+# The zygote: one Python process started once, inside its own mount and PID namespaces. It builds a read-only root
+# that holds only the interpreter, its standard library and the libraries they load, moves into it (pivot_root)
+# and waits. For each call it forks a child that takes fresh mount, PID, network, IPC and UTS namespaces and a
+# fresh /tmp, reads the code from the call's own socket, and runs it in a grandchild as "nobody". A fork of a
+# waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
+# zygote never reads code itself, so nothing of one call can reach another through it.
+_SANDBOX_ZYGOTE = r"""
+import ctypes, json, os, resource, signal, socket, sys, traceback, types
+cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
+control = socket.socket(fileno=cfg["control"])
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 1, 2, 4, 8, 32, 1024, 2048
+MS_BIND, MS_MOVE, MS_REC, MS_RELATIME, MNT_DETACH = 4096, 8192, 16384, 1 << 21, 2
+NEW_MOUNT, NEW_UTS, NEW_IPC, NEW_PID, NEW_NET = 0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, NOBODY = 4, 24, 38, 65534
+prctl = getattr(libc, "prctl", lambda *args: -1)
+
+def ok(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+def mount(src, dst, fstype=None, flags=0, data=None):
+    ok(libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags, data and data.encode()),
+       f"mount {dst}")
+
+def bind_read_only(path, inside, device):
+    mount(path, inside, None, MS_BIND | MS_REC)
+    f = os.statvfs(path).f_flag  # keep the source's flags: a user namespace may not clear them
+    kept = (f & 15) | (f & 1024 and MS_NOATIME) | (f & 2048 and MS_NODIRATIME) | (f & 4096 and MS_RELATIME)
+    mount(None, inside, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept | (0 if device else MS_NODEV))
+
+def add(stage, path, device=False):  # `path` at its own place inside, with the symlinks on the way to it
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        host = "/" + "/".join(parts[:i])
+        if os.path.islink(host):  # e.g. /lib -> usr/lib: the same link inside, then what it points to
+            if not os.path.lexists(stage + host):
+                os.symlink(os.readlink(host), stage + host)
+            return add(stage, os.path.join(os.path.realpath(host), *parts[i:]), device)
+        if i < len(parts):
+            os.makedirs(stage + host, exist_ok=True)
+    if not os.path.lexists(stage + path):
+        os.mkdir(stage + path) if os.path.isdir(path) else open(stage + path, "w").close()
+        bind_read_only(path, stage + path, device)
+
+def build_root(stage):
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path in cfg["paths"]:
+        add(stage, path)
+    for path in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        add(stage, path, device=True)
+    for path in cfg["hidden"]:  # site-packages inside the standard library: an empty folder
+        mount("tmpfs", stage + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+    for name in ("stdin", "stdout", "stderr"):
+        os.symlink(f"/proc/self/fd/{('stdin', 'stdout', 'stderr').index(name)}", f"{stage}/dev/{name}")
+    os.symlink("/proc/self/fd", f"{stage}/dev/fd")
+    for path in ("/proc", "/tmp", "/dev/shm"):
+        os.makedirs(stage + path, exist_ok=True)
+    mount("/proc", stage + "/proc", None, MS_BIND | MS_REC)  # under each call's own /proc: user namespaces need it
+    mount(None, stage, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(stage)
+    pivot_root = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)  # syscall numbers; glibc has no wrapper
+    if pivot_root and libc.syscall(pivot_root, b".", b".") == 0:
+        ok(libc.umount2(b".", MNT_DETACH), "detach the old root")  # the host's tree is gone from this namespace
+    else:
+        mount(stage, "/", None, MS_MOVE)
+        ok(libc.chroot(b"."), "chroot")
+    os.chdir("/")
+
+def run_code(path, source, stdin, output, work):  # the code's own process: give up everything, then run it as `python -I`
+    for number, fd in ((0, os.open("/dev/null", os.O_RDONLY) if stdin is None else stdin), (1, output), (2, output)):
+        os.dup2(fd, number)
+    os.closerange(3, 1 << 16)  # no control socket, no result channel: the code cannot forge its own result
+    os.setsid()
+    os.chdir(work)
+    for name, value in cfg["limits"].items():
+        limit, hard = getattr(resource, name), resource.getrlimit(getattr(resource, name))[1]
+        soft, new_hard = value, value + (name == "RLIMIT_CPU")  # CPU: SIGXCPU at soft, SIGKILL a second later
+        if hard != resource.RLIM_INFINITY:
+            soft, new_hard = min(soft, hard), min(new_hard, hard)
+        resource.setrlimit(limit, (soft, new_hard))
+    if cfg["drop"]:  # root -> nobody: cannot write the caller's files, read its secrets or raise its limits
+        os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
+    elif hasattr(libc, "capset"):  # root of a user namespace: give up every capability, for good
+        for cap in range(64):
+            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.capset(ctypes.byref((ctypes.c_uint32 * 2)(0x20080522, 0)), ctypes.byref((ctypes.c_uint32 * 6)()))
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid programs (su, sudo) cannot give privileges back
+    os.environ.clear()
+    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", HOME=work)
+    for number in (signal.SIGALRM, signal.SIGCHLD):
+        signal.signal(number, signal.SIG_DFL)
+    import builtins, site
+    site.setquit(); site.sethelper()  # exit(), quit() and help(), as in `python -I`
+    main = types.ModuleType("__main__")
+    main.__file__, main.__builtins__ = path, builtins
+    sys.modules["__main__"], sys.argv, sys.dont_write_bytecode = main, [path], True
+    rc = 0
+    try:
+        exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1]
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # from the code's own frames on
+        rc = 1
+    for finish in (lambda: sys.modules["threading"]._shutdown() if "threading" in sys.modules else None,
+                   lambda: sys.modules["atexit"]._run_exitfuncs() if "atexit" in sys.modules else None,
+                   sys.stdout.flush, sys.stderr.flush):
+        try:
+            finish()
+        except BaseException:
+            pass
+    os._exit(rc & 255)
+
+def serve(connection):  # one call, in a child of the zygote
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    header, _, data = b"".join(chunks).partition(b"\n")  # b"<length of the code>\n" + code + what stdin reads
+    source, stdin = data[:int(header)], data[int(header):]
+    if cfg["namespaces"]:
+        ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
+        if os.fork():
+            os._exit(0)  # the child is PID 1 of the new PID namespace: when it exits, all of the call's processes die
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        # The captured output (and stdin): files without a name on a tmpfs of their own, detached before the code
+        # runs, so the code can neither open them again nor crowd the output out by filling /tmp.
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={cfg['output'] + len(stdin) + 2**16},nr_inodes=8,mode=700")
+        output, stdin_file = (os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
+        ok(libc.umount2(b"/tmp", MNT_DETACH), "detach the output's tmpfs")
+        for path, size in (("/tmp", cfg["tmp_bytes"]), ("/dev/shm", cfg["tmp_bytes"] // 4)):
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
+        work = "/tmp"
+    else:
+        work = os.path.join(cfg["scratch"], os.urandom(8).hex())
+        os.mkdir(work, 0o700)
+        if cfg["drop"]:
+            os.chown(work, NOBODY, NOBODY)
+        output, stdin_file = (os.open(os.path.join(work, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                              for name in (".output", ".stdin"))
+        for name in (".output", ".stdin"):  # files without a name: the code cannot open them again
+            os.unlink(os.path.join(work, name))
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not trace this process or open its files
+    os.pwrite(stdin_file, stdin, 0)
+    path = os.path.join(work, "main.py")
+    with open(path, "wb") as f:
+        f.write(source)
+    fd = connection.detach()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_code(path, source, stdin_file if stdin else None, output, work)
+        finally:
+            os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
+    timed_out = []
+    signal.signal(signal.SIGALRM, lambda *_: (timed_out.append(1), os.kill(pid, signal.SIGKILL)))
+    signal.alarm(cfg["wall"])
+    status = os.waitpid(pid, 0)[1]
+    signal.alarm(0)
+    rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
+    if not cfg["namespaces"]:  # no PID namespace: kill what is left of the code's process group, remove its folder
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+    socket.socket(fileno=fd).sendall(b"%d\n" % (128 - rc if rc < 0 else rc) + os.pread(output, cfg["output"], 0))
+
+try:
+    if cfg["namespaces"]:
+        build_root(cfg["stage"])
+    control.send(b"ready")
+except Exception as e:
+    control.send(f"{type(e).__name__}: {e}".encode())
+    sys.exit(1)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by the kernel
+while True:
+    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(4))
+    if not message:
+        break  # the caller is gone: so is this process, and with it (PID 1 of its namespace) every call
+    for fd in [int.from_bytes(data[:4], sys.byteorder) for _, kind, data in ancillary if kind == socket.SCM_RIGHTS]:
+        try:
+            if os.fork() == 0:
+                control.close()
+                try:
+                    serve(socket.socket(fileno=fd))
+                finally:
+                    os._exit(0)
+        finally:
+            os.close(fd)
+"""
+
+
+def _sandbox_files():
+    """What the sandbox's root holds besides devices: the interpreter, its standard library and the shared libraries
+    they load (found by ldd), and the folders inside the standard library to show empty (site-packages)."""
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    stdlib, dynload = os.path.dirname(os.__file__), sysconfig.get_config_var("DESTSHARED")
+    objects = [python, *glob.glob(os.path.join(dynload or stdlib, "*.so"))]
+    try:
+        ldd = subprocess.run(["ldd", *objects], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        ldd = ""
+    paths = {python, stdlib, dynload, "/etc/ld.so.cache", *re.findall(r"(?:=> |^\s+)(/\S+) \(0x", ldd, re.MULTILINE)}
+    libc = [os.path.dirname(p) for p in paths if p and "/libc.so" in p]
+    paths |= {os.path.join(d, "libgcc_s.so.1") for d in libc}  # loaded by glibc when a thread exits
+    hidden = [os.path.join(stdlib, d) for d in ("site-packages", "dist-packages")]
+    return python, sorted(p for p in paths if p and os.path.exists(p)), [d for d in hidden if os.path.isdir(d)]
+
+
+class _Sandbox:
+    """A running zygote (see _SANDBOX_ZYGOTE) in one containment mode, and the socket that asks it for calls."""
+
+    def __init__(self, prefix, namespaces, drop):
+        self.namespaces, self.drop = namespaces, drop
+        python, paths, hidden = _sandbox_files()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.scratch = tempfile.mkdtemp(prefix="run_python_")  # the root's mount point; call folders without namespaces
+        os.chmod(self.scratch, 0o711)
+        limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_CPU": PYTHON_CPU_S, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
+                  "RLIMIT_CORE": 0, **({"RLIMIT_NPROC": PYTHON_MAX_PROCESSES} if drop else {})}
+        cfg = {"control": theirs.fileno(), "namespaces": namespaces, "drop": drop, "stage": self.scratch,
+               "scratch": self.scratch, "paths": paths, "hidden": hidden, "limits": limits, "wall": PYTHON_WALL_S,
+               "tmp_bytes": PYTHON_TMP_BYTES, "output": PYTHON_FILE_BYTES}
+        self.process = subprocess.Popen(  # -S: no site-packages; -u: output reaches the file as it is printed
+            [*prefix, python, "-I", "-S", "-u", "-c", _SANDBOX_ZYGOTE, json.dumps(cfg)], pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True)
+        theirs.close()
+        self.control.settimeout(60)
+        try:
+            self.status = self.control.recv(4096).decode("utf-8", "replace") or "the zygote exited"
+        except OSError as e:
+            self.status = f"no answer from the zygote ({e})"
+        self.control.settimeout(None)
+
+    def run(self, code, stdin=b""):
+        """(exit status, output, whether the output hit the file-size limit) of one call; `stdin` is what the
+        code reads from standard input (bytes, at most PYTHON_FILE_BYTES)."""
+        if len(stdin) > PYTHON_FILE_BYTES:
+            raise ValueError(f"stdin too long ({len(stdin)} bytes, limit {PYTHON_FILE_BYTES})")
+        ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
+        with ours:
+            try:
+                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+            finally:
+                theirs.close()
+            ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
+            try:
+                source = code.encode("utf-8", "surrogatepass")
+                ours.sendall(b"%d\n" % len(source) + source + stdin)
+                ours.shutdown(socket.SHUT_WR)
+                reply = bytearray()
+                while len(reply) < PYTHON_FILE_BYTES + 16 and (chunk := ours.recv(1 << 16)):
+                    reply += chunk
+            except socket.timeout:
+                return 124, "", False
+        header, newline, output = bytes(reply).partition(b"\n")
+        if not newline:
+            raise RuntimeError("the sandbox ended the call without a result")
+        return int(header), output.decode("utf-8", "replace"), len(output) >= PYTHON_FILE_BYTES
+
+    def close(self):
+        self.control.close()  # the zygote exits when its socket closes
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _sandbox_mode():
+    """The running sandbox, started on first use in the strongest mode that can run print('ok')."""
+    global _SANDBOX
+    with _SANDBOX_LOCK:
+        if _SANDBOX is None or _SANDBOX.process.poll() is not None:
+            root, unshare = os.geteuid() == 0, shutil.which("unshare")
+            ns = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+            candidates = [([unshare, *ns], True, root), ([unshare, "--user", "--map-root-user", *ns], True, False),
+                          ([], False, root)][0 if unshare else 2:]
+            for candidate in candidates:
+                sandbox = _Sandbox(*candidate)
+                try:
+                    if sandbox.status == "ready" and sandbox.run("print('ok')")[:2] == (0, "ok\n"):
+                        break
+                except (OSError, RuntimeError, ValueError):
+                    pass
+                sandbox.close()
+            _SANDBOX = sandbox
+            if not sandbox.namespaces:
+                warnings.warn("run_python: no mount, PID or network namespace here: the code can read this machine's "
+                              "files, reach the network, and background processes that call setsid() can outlive "
+                              "the call" + ("; it runs as root" if root and not sandbox.drop else ""))
+    return _SANDBOX
+
+
+def _run_in_sandbox(code, stdin=b""):
+    """Run `code` once, reading `stdin`: (exit status, output, whether the output hit the file-size limit)."""
+    try:
+        return _sandbox_mode().run(code, stdin)
+    except (BrokenPipeError, ConnectionError):  # the zygote died (killed from outside): start another, once
+        return _sandbox_mode().run(code, stdin)
+
+
+os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=threading.Lock()))
+
+
+# %% [markdown]
+# `run_python` runs a short program in that sandbox and returns what it prints; the comment above it says what the
+# sandbox contains and what not: read it before you offer this tool to a model.
+# %%
+# What run_python contains, and what not (_sandbox_mode picks the strongest mode that works on the machine):
+# - Where `unshare` works (as root, or with unprivileged user namespaces), each call gets new mount, PID, network,
+#   IPC and UTS namespaces. Its filesystem is a read-only root holding only the interpreter, its standard library
+#   (site-packages empty: no installed packages), the shared libraries they load, /dev/null, /dev/zero,
+#   /dev/urandom and a private /proc; no repository, data, home or host /tmp. /tmp (its working directory, 64 MB)
+#   and /dev/shm (16 MB) are fresh tmpfs mounts of that call alone: nothing written survives it or reaches another
+#   call. No network at all (a loopback that is down, its own for each call). The code sees and can signal only
+#   its own processes, and all of them die with the call, setsid() daemons and double forks included. Started as
+#   root, the code runs as "nobody" with no_new_privs and at most 64 processes; in a user namespace it keeps no
+#   capabilities. It has no descriptor of the sandbox's: its output goes to a file with no name, and the status is
+#   reported by a process it cannot trace or signal.
+# - Always: 5 s wall clock, 5 s CPU, 512 MB address space, 1 MB per file written (its captured output included;
+#   2,000 characters come back), no core dumps, an empty environment (PATH and LANG only), `python -I` semantics,
+#   and every call a fork of the same clean interpreter (the code never sees another call's code or state).
+# - Without namespaces (with a warning): the code can read this machine's files, the network is reachable, daemons
+#   that call setsid() can outlive the call, files written outside the working directory stay (each at most 1 MB),
+#   other processes of the same user are visible in /proc, and the code runs as root where "nobody" cannot.
+# - Never: the kernel is shared (an exploit escapes); disk, memory and CPU bandwidth are not reserved. This is for
+#   a model's code with hidden tests and scratch arithmetic, not for hostile code: for untrusted workloads use a
+#   real sandbox (gVisor, Firecracker microVMs, nsjail, or a locked-down container per call).
+def run_python(code: str) -> str:
+    """Run a short Python program in a throwaway sandbox and return what it prints (stdout and stderr).
+
+    Limits: 5 seconds, 512 MB of memory, the standard library only, no network; files it writes are discarded,
+    so print what you need.
+
+    Args:
+        code: The Python source to run, e.g. "print(sum(range(10)))".
+
+    Returns:
+        The printed output (at most 2000 characters), or "Error: " with the reason and any output.
+    """
+    if not isinstance(code, str):
+        return "Error: code must be a string of Python source"
+    if len(code) > PYTHON_MAX_CODE_CHARS:
+        return f"Error: code too long ({len(code)} characters, limit {PYTHON_MAX_CODE_CHARS})"
+    try:
+        rc, output, flooded = _run_in_sandbox(code)
+    except Exception as e:  # e.g. no space left for the temp dir: report it, never crash the trainer
+        return f"Error: could not run the code ({type(e).__name__}: {e})"
+    if len(output) > PYTHON_OUTPUT_CHARS:  # keep the start and the end, where a traceback's last line is
+        half = PYTHON_OUTPUT_CHARS // 2
+        output = f"{output[:half]}\n... [{len(output) - 2 * half} characters cut] ...\n{output[-half:]}"
+    if rc == 0 and not flooded:
+        return output or "(no output: print the values you need)"
+    signals = {int(s): s.name for s in signal.valid_signals() if isinstance(s, signal.Signals)}
+    if flooded:  # Python ignores SIGXFSZ: its writes fail instead, and so does printing the traceback
+        reason = f"the output exceeded the size limit ({PYTHON_FILE_BYTES // 2**20} MB)"
+    elif rc == 124:
+        reason = f"timed out after {PYTHON_WALL_S} s"
+    elif rc == 128 + signal.SIGXCPU:
+        reason = f"CPU time limit ({PYTHON_CPU_S} s) exceeded"
+    elif rc - 128 in signals:  # SIGKILL: the hard CPU limit; SIGSEGV: often a C extension out of memory
+        reason = f"killed by {signals[rc - 128]}"
+    else:
+        reason = f"exit status {rc}"
+    return f"Error: {reason}\n{output}".rstrip()
+
+
+# %% [markdown]
+# ## Hidden tests
+# The harness that runs a task's tests on a solution inside the sandbox, and what it can and cannot be fooled by;
+# `TEST_*` are its limits.
+# %%
+TEST_CASE_S = 2                    # wall clock for one test case before it fails (a case: one statement of the tests)
+TESTS_DEADLINE_S = 4               # all of one solution's cases together; run_python's sandbox allows 5 s in all
+TEST_ERROR_CHARS = 200             # why a case failed, as kept in the eval files
+TEST_REPLY_BYTES = 2**20           # the largest return value the solution's process may send back
+SCORING_THREADS = 2 * (os.cpu_count() or 1)  # solutions scored at once: the sandbox runs them in parallel
+
+# Why this harness cannot be fooled by the code it tests. It runs as one sandboxed program with two processes:
+# - This one is trusted: it reads the task (on stdin, never in its source, which the code could read in /tmp),
+#   runs the tests, and prints the one result line. It is not dumpable: no other process of the same user may
+#   read its memory or open its files.
+# - The solution runs in a worker: a fresh interpreter (exec'd, so none of this process's memory), whose stdout and
+#   stderr are /dev/null. The tests call `candidate`, a stand-in that sends each call's arguments to the worker,
+#   which calls the solution and sends back the return value as plain data (numbers, strings, bytes, lists,
+#   tuples, dicts, sets, None) by exact type. This process rebuilds the value and compares it here.
+# So: exiting (sys.exit, os._exit), raising SystemExit or KeyboardInterrupt, or crashing fails the case; an object
+# whose __eq__ always says True (or a subclass of int or str) never reaches a comparison; patching builtins,
+# AssertionError or unittest changes only the worker; printing "passed" reaches /dev/null; the tests and the
+# expected values are never in the worker, its files or its memory, and a caller's frame holds only the arguments.
+# A case that runs out of time fails, and the cases after it are skipped (failed): a slow solution costs one
+# time-out, not one per case. Killing or stopping this process leaves no result line: every case fails.
+_HIDDEN_TESTS_HARNESS = r'''
+import ast, builtins, ctypes, json, os, select, signal, sys, time
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+job = json.loads(sys.stdin.buffer.read())
+sys.stdin.close()
+sys.set_int_max_str_digits(0)
+deadline = time.monotonic() + job["deadline"]
+
+CODEC = r"""
+def encode(x, depth=0):  # plain data only, by exact type: subclasses (and their __eq__) do not get through
+    kind = type(x)
+    if depth > 100:
+        raise ValueError("nested too deeply")
+    if x is None or kind in (bool, str):
+        return x
+    if kind is int:
+        return ["int", str(x)]
+    if kind is float:
+        return ["float", repr(x)]
+    if kind is complex:
+        return ["complex", repr(x.real), repr(x.imag)]
+    if kind is bytes:
+        return ["bytes", x.hex()]
+    if kind in (list, tuple, set, frozenset):
+        return [kind.__name__, [encode(v, depth + 1) for v in x]]
+    if kind is dict:
+        return ["dict", [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]]
+    raise TypeError(f"returned a {kind.__name__}: only plain data (numbers, strings, lists, tuples, dicts, sets) is compared")
+
+def decode(x):
+    if x is None or type(x) in (bool, str):
+        return x
+    kind, *rest = x
+    if kind == "int":
+        return int(rest[0])
+    if kind == "float":
+        return float(rest[0])
+    if kind == "complex":
+        return complex(float(rest[0]), float(rest[1]))
+    if kind == "bytes":
+        return bytes.fromhex(rest[0])
+    if kind in ("list", "tuple", "set", "frozenset"):
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](decode(v) for v in rest[0])
+    if kind == "dict":
+        return {decode(k): decode(v) for k, v in rest[0]}
+    raise ValueError(f"not plain data: {kind!r}")
+"""
+exec(CODEC)
+
+WORKER = r"""
+import json, os, sys
+sys.set_int_max_str_digits(0)
+requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+null = os.open("/dev/null", os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+exec(CODEC)
+
+def send(message):
+    replies.write(json.dumps(message).encode() + b"\n")
+    replies.flush()
+
+def text(error):
+    try:
+        return str(error)[:300]
+    except BaseException:
+        return ""
+
+job = json.loads(requests.readline())
+namespace = {"__name__": "__solution__"}
+try:
+    exec(compile(job["setup"], "<prompt>", "exec"), namespace)
+    namespace.pop(job["entry_point"], None)  # the prompt's stub: the solution must define the function itself
+    exec(compile(job["solution"], "<solution>", "exec"), namespace)
+    function = namespace.get(job["entry_point"])
+    if not callable(function):
+        raise NameError(f"the solution does not define {job['entry_point']}()")
+except BaseException as error:
+    send(["load_error", f"{type(error).__name__}: {text(error)}"])
+    os._exit(0)
+send(["ready"])
+while line := requests.readline():
+    try:
+        args, kwargs = json.loads(line)
+        result = ["ok", encode(function(*decode(args), **decode(kwargs)))]
+    except BaseException as error:
+        result = ["raise", type(error).__name__, text(error)]
+    send(result)
+os._exit(0)
+""".replace("exec(CODEC)", CODEC)
+
+
+class Failed(Exception):
+    """The solution failed this call: it raised, crashed, ran out of time or returned something not plain data."""
+
+
+class Worker:
+    """The solution's process: a fresh interpreter that loads the solution, then calls it when asked."""
+
+    def __init__(self):
+        request_read, self.requests = os.pipe()
+        self.replies, reply_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.dup2(request_read, 0)
+                os.dup2(reply_write, 1)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+                os.closerange(3, 1 << 16)
+                os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", WORKER])
+            finally:
+                os._exit(127)
+        os.close(request_read)
+        os.close(reply_write)
+        os.set_blocking(self.requests, False)
+        self.buffer = b""
+        self.send({key: job[key] for key in ("setup", "solution", "entry_point")})
+        self.reply = self.receive()
+
+    def send(self, message):
+        data = json.dumps(message).encode() + b"\n"
+        while data:
+            if not select.select([], [self.requests], [], max(0, case_deadline - time.monotonic()))[1]:
+                raise Failed(f"timed out (over {job['case_seconds']} s)")
+            try:
+                data = data[os.write(self.requests, data):]
+            except OSError:
+                raise Failed("the solution's process died") from None
+
+    def receive(self):
+        while b"\n" not in self.buffer:
+            left = case_deadline - time.monotonic()
+            if left <= 0 or not select.select([self.replies], [], [], left)[0]:
+                raise Failed(f"timed out (over {job['case_seconds']} s)")
+            chunk = os.read(self.replies, 1 << 16)
+            if not chunk:
+                raise Failed("the solution's process exited")
+            self.buffer += chunk
+            if len(self.buffer) > job["reply_bytes"]:
+                raise Failed("returned too much data")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
+        os.close(self.requests)
+        os.close(self.replies)
+
+
+worker, stop, case_deadline = None, None, deadline
+
+
+def candidate(*args, **kwargs):
+    """The solution's function, as the tests call it: the call itself runs in the worker."""
+    global worker, stop
+    if stop:
+        raise Failed(stop)
+    try:
+        if worker is None:
+            worker = Worker()
+            if worker.reply[0] != "ready":
+                stop = f"the solution did not load: {worker.reply[1]}"
+                raise Failed(stop)
+        worker.send([encode(list(args)), encode(dict(kwargs))])
+        reply = worker.receive()
+    except Failed as error:
+        if "timed out" in str(error):
+            stop = "skipped: an earlier case timed out"
+        if worker is not None:
+            worker.close()
+            worker = None  # crashed: the next case gets a fresh worker
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as error:
+        raise Failed(f"the solution's process sent an unreadable reply ({type(error).__name__})") from None
+    try:
+        if reply[0] == "ok":
+            return decode(reply[1])
+        name, message = str(reply[1]), str(reply[2])
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as error:
+        raise Failed(f"the solution's process sent an unreadable reply ({type(error).__name__})") from None
+    kind = getattr(builtins, name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):  # a test may expect, e.g., a ValueError
+        raise kind(message)
+    raise Failed(f"{name}: {message}")  # SystemExit, KeyboardInterrupt, ...
+
+
+def is_case(node):
+    """A test case: a statement with an assert in it (`assert True`, which cannot fail, does not count)."""
+    return any(isinstance(n, ast.Assert) and not (isinstance(n.test, ast.Constant) and n.test.value)
+               for n in ast.walk(node))
+
+
+def why(error):
+    if isinstance(error, AssertionError) and not str(error):
+        return "AssertionError: a test failed"
+    return (error.args[0] if isinstance(error, Failed) else f"{type(error).__name__}: {error}")[:job["error_chars"]]
+
+
+namespace = {"__name__": "__tests__"}
+passed, errors, harness_error = [], [], None
+try:
+    tree = ast.parse(job["tests"])
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    exec(compile(job["setup"], "<prompt>", "exec"), namespace)  # e.g. helper functions the tests call
+    namespace[job["entry_point"]] = candidate
+    if check is not None:  # HumanEval's layout: check(candidate) holds the cases
+        setup, statements = [n for n in tree.body if n is not check], check.body
+        namespace.update({a.arg: candidate for a in check.args.args[:1]})
+    else:  # MBPP's layout: asserts that call the function by name
+        setup, statements = [], tree.body
+    for node in setup:
+        exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace)
+except Exception as error:
+    statements, harness_error = [], why(error)
+for node in statements:
+    case_deadline = min(time.monotonic() + job["case_seconds"], deadline)
+    try:
+        exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace)
+        error = None
+    except BaseException as e:
+        error = why(e)
+    if is_case(node):
+        passed.append(error is None)
+        errors.append(error)
+if worker is not None:
+    worker.close()
+print("\n" + json.dumps({"passed": passed, "errors": errors, "harness_error": harness_error}))
+'''
+
+
+@functools.lru_cache(maxsize=8192)
+def run_hidden_tests(solution: str, tests: str, entry_point: str, setup: str = "") -> dict:
+    """Run a task's hidden tests on a solution in the sandbox: {"passed": [a bool per test case], "errors": [why
+    each failed, or None], "harness_error": None, or why the tests could not run at all}."""
+    job = {"setup": setup, "solution": solution, "entry_point": entry_point, "tests": tests,
+           "case_seconds": TEST_CASE_S, "deadline": TESTS_DEADLINE_S, "error_chars": TEST_ERROR_CHARS,
+           "reply_bytes": TEST_REPLY_BYTES}
+    try:
+        rc, output, _ = _run_in_sandbox(_HIDDEN_TESTS_HARNESS, json.dumps(job).encode())
+        return json.loads(output.rstrip("\n").rsplit("\n", 1)[-1])
+    except Exception as error:  # no result line (the harness was killed), or the sandbox failed: nothing passed
+        return {"passed": [], "errors": [], "harness_error": f"no result from the harness ({type(error).__name__})"}
+
+
+def run_hidden_tests_batch(solutions: list, tests: list, entry_points: list, setups: list) -> list[dict]:
+    """run_hidden_tests for many solutions at once, in parallel; a solution that is None (no code) passes nothing."""
+    def one(job):
+        return run_hidden_tests(*job) if job[0] is not None else {"passed": [], "errors": [], "harness_error": None}
+
+    with concurrent.futures.ThreadPoolExecutor(SCORING_THREADS) as pool:
+        return list(pool.map(one, zip(solutions, tests, entry_points, setups)))
+
+
+# %% [markdown]
+# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
+# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
+# %%
+class ToolEnvironment:
+    """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
+
+    Every public method except reset() is offered to the model as a tool; its docstring is the
+    tool's description. Rewards read the tally through their `environments` argument.
+    """
+
+    def reset(self, **row):
+        self.calls, self.failures = 0, 0
+        return None  # nothing to add to the task
+
+    def run_python(self, code: str) -> str:
+        """Run a short Python program and return what it prints.
+
+        Args:
+            code: Python source code; use print() to show results.
+        """
+        result = run_python(code)
+        self.calls += 1
+        self.failures += result.startswith("Error")
+        return result
+
+
+# %% [markdown]
+# ## Data
+# Each task becomes a chat prompt under the system prompt, with its hidden tests kept for the rewards; any dataset
+# with a prompt, tests and an entry point works (see the column flags). Tasks whose own reference solution fails
+# their tests are reported and dropped.
+# %%
+# =====================================================================================
+# DATA: tasks become chat prompts; tests, entry point and reference are kept for the rewards.
+# =====================================================================================
+def task_message(prompt: str, tests: str, entry_point: str, setup: str) -> str:
+    """What the model reads: code to complete (HumanEval), or a description and the first test (MBPP)."""
+    if setup:  # the prompt is code: a signature and a docstring
+        return f"Complete this Python function:\n```python\n{prompt.strip()}\n```"
+    example = next((ast.get_source_segment(tests, node) for node in ast.parse(tests).body
+                    if any(isinstance(n, ast.Assert) for n in ast.walk(node))), "")
+    return f"{prompt.strip()}\nWrite it as `{entry_point}`; it must pass tests such as:\n```python\n{example}\n```"
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether `code` parses and defines a top-level function `name`."""
+    try:
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                   for n in ast.parse(code).body)
+    except (SyntaxError, ValueError):
+        return False
+
+
+def called_names(code: str) -> list:
+    """Names of the functions a piece of code calls, in order."""
+    return [n.func.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+
+
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name tasks.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def to_tasks(rows, script_args, name: str) -> list[dict]:
+    """Rows of any supported layout -> {prompt, tests, entry_point, setup, answer (the reference, or '')}."""
+    columns = rows.column_names
+
+    def column(flag, chosen, defaults, required=True):
+        if chosen is not None and chosen not in columns:
+            raise RecipeError(f"dataset '{name}' has no column '{chosen}' (it has {columns}): pass --{flag} NAME")
+        found = chosen or next((c for c in defaults if c in columns), None)
+        if found is None and required:
+            raise RecipeError(f"dataset '{name}' has none of the columns {defaults} (it has {columns}): "
+                              f"pass --{flag} NAME")
+        return found
+
+    prompt_col = column("prompt_column", script_args.prompt_column, ["prompt", "text"])
+    tests_col = column("tests_column", script_args.tests_column, ["test", "test_list"])
+    entry_col = column("entry_point_column", script_args.entry_point_column, ["entry_point"], required=False)
+    solution_col = column("solution_column", script_args.solution_column, ["canonical_solution", "code"], False)
+    tasks = []
+    for row in rows:
+        tests = row[tests_col]
+        tests = "\n".join(map(str, tests)) if isinstance(tests, list) else str(tests)
+        tests = "\n".join([*map(str, row.get("test_imports") or []), tests])  # MBPP keeps imports apart
+        prompt, reference = str(row[prompt_col]), str(row[solution_col] or "") if solution_col else ""
+        try:
+            entry_point = str(row[entry_col]) if entry_col else next(
+                (n for n in called_names(tests) if defines(reference, n)),
+                next((n for n in called_names(tests) if not hasattr(builtins, n)), ""))
+        except (SyntaxError, ValueError):
+            entry_point = ""
+        setup = prompt if defines(prompt, entry_point) else ""  # code the solution continues (helpers too)
+        if reference and not defines(reference, entry_point):  # HumanEval: the body that completes the prompt
+            reference = prompt + reference
+        tasks.append({"prompt": prompt, "tests": tests, "entry_point": entry_point, "setup": setup,
+                      "answer": reference})
+    return tasks
+
+
+def check_tasks(tasks: list[dict], name: str) -> list[dict]:
+    """Drop, and report, tasks that cannot score anything: tests that do not parse or hold no assert, no entry
+    point, or a reference solution that fails its own tests."""
+    from tqdm.auto import tqdm
+
+    def usable(task):
+        try:
+            return task["entry_point"] and any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(task["tests"])))
+        except (SyntaxError, ValueError):
+            return False
+
+    kept = [task for task in tasks if usable(task)]
+    unusable = len(tasks) - len(kept)
+    referenced = [task for task in kept if task["answer"]]
+    with concurrent.futures.ThreadPoolExecutor(SCORING_THREADS) as pool:
+        results = list(tqdm(pool.map(lambda t: run_hidden_tests(t["answer"], t["tests"], t["entry_point"], t["setup"]),
+                                     referenced), total=len(referenced), desc=f"checking {name}'s reference solutions",
+                            disable=not referenced or int(os.environ.get("RANK", "0")) != 0))
+    failing = {id(task): result for task, result in zip(referenced, results)
+               if not result["passed"] or not all(result["passed"])}
+    kept = [task for task in kept if id(task) not in failing]
+    if unusable or failing:
+        examples = "; ".join(f"{task['entry_point'] or '?'}: {next((e for e in result['errors'] if e), None) or result['harness_error']}"
+                             for task, result in ((t, failing[id(t)]) for t in referenced if id(t) in failing))
+        print(f"dropped {unusable + len(failing)} of {len(tasks)} tasks of {name}: {unusable} without usable tests "
+              f"or entry point, {len(failing)} whose reference solution fails its own tests"
+              + (f" ({examples[:300]})" if examples else ""))
+    return kept
+
+
+def load_data(script_args, tokenizer, seed):
+    """(train, eval) datasets of chat prompts with the columns the rewards read."""
+    from datasets import Dataset
+
+    name = script_args.dataset_name
+    dataset = read_dataset(name, script_args.dataset_config)
+    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
+    eval_name = script_args.eval_dataset_name
+    if eval_name and eval_name.lower() != "none":
+        test = split_of(read_dataset(eval_name, script_args.eval_dataset_config), script_args.dataset_test_split,
+                        eval_name, "--dataset_test_split")
+    elif script_args.dataset_test_split in dataset:
+        eval_name, test = name, dataset[script_args.dataset_test_split]
+    else:  # hold some training tasks out for evaluation
+        split = train.train_test_split(test_size=max(1, script_args.num_eval_examples), seed=seed)
+        eval_name, train, test = name, split["train"], split["test"]
+    test = test.select(range(min(script_args.num_eval_examples, len(test))))
+
+    def fits(row):
+        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids) <= script_args.max_prompt_tokens
+
+    splits = []
+    for rows, source in ((train, name), (test, eval_name)):
+        tasks = check_tasks(to_tasks(rows, script_args, source), source)
+        for task in tasks:
+            task["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
+                              {"role": "user", "content": task_message(**{k: task[k] for k in
+                                                                          ("prompt", "tests", "entry_point", "setup")})}]
+        rows = Dataset.from_list(tasks) if tasks else Dataset.from_dict({"prompt": []})
+        before = len(rows)
+        rows = rows.filter(fits) if before else rows
+        if len(rows) < before:
+            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
+                  "tokens (--max_prompt_tokens)")
+        splits.append(rows)
+    if len(splits[0]) == 0:
+        raise RecipeError(f"no usable training task in '{name}' fits in {script_args.max_prompt_tokens} tokens: "
+                          "check the columns (--prompt_column, --tests_column) or raise --max_prompt_tokens")
+    return splits[0], splits[1]
+
+
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the final message of a trajectory and the code in its ```python block.
+# %%
+# =====================================================================================
+# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
+# Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
+# =====================================================================================
+def completion_text(completion) -> str:
+    """A completion is a string, or a list of chat messages: take the last assistant message."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return str(message.get("content") or "")
+    return ""
+
+
+CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_answer(text: str):
+    """The code in the final message's last ```python block (a bare ``` block counts too), or None."""
+    blocks = CODE_BLOCK.findall(text)
+    return blocks[-1] if blocks else None
+
+
+# %% [markdown]
+# The reward that matters most, decided by the hidden tests: 0.2 for the share of test cases passed (partial
+# progress shows) plus 0.8 when all of them pass. Edit it, then run it and every cell below again.
+# %%
+PARTIAL_CREDIT = 0.2  # for the share of test cases passed; the rest only when every case passes
+
+
+def tests_passed_reward(completions, tests, entry_point, setup, **kwargs) -> list[float]:
+    """0.2 x the share of hidden test cases the final code passes, + 0.8 if it passes them all; 0.0 without code."""
+    codes = [extract_answer(completion_text(c)) for c in completions]
+    results = run_hidden_tests_batch(codes, tests, entry_point, setup)
+    return [PARTIAL_CREDIT * sum(r["passed"]) / len(r["passed"]) + (1 - PARTIAL_CREDIT) * all(r["passed"])
+            if r["passed"] else 0.0 for r in results]
+
+
+# %% [markdown]
+# Format: 1.0 when the final message has exactly one ```python block, and its code compiles and defines the function.
+# %%
+def code_format_reward(completions, entry_point, **kwargs) -> list[float]:
+    """1.0 for exactly one ```python block in the final message, compiling and defining the entry point."""
+    scores = []
+    for completion, name in zip(completions, entry_point):
+        blocks = CODE_BLOCK.findall(completion_text(completion))
+        scores.append(1.0 if len(blocks) == 1 and defines(blocks[0], name) else 0.0)
+    return scores
+
+
+# %% [markdown]
+# Turn-level credit, 0.5 per run_python call that ran without error, capped at 1.0, for trying the code.
+# %%
+def successful_run_credit(environments, **kwargs) -> list[float]:
+    """0.5 per run_python call that ran without error, capped at 1.0: turn-level credit for trying code."""
+    return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
+
+
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above; keep the format and tool terms together well below passing the tests.
+# %%
+# (reward function, weight). Passing every hidden test pays 1.0; format and tool use together pay
+# at most 0.2 (tests/test_grpo_code.py checks the cap), so neither outweighs working code.
+RUBRIC = [
+    (tests_passed_reward, 1.0),
+    (code_format_reward, 0.1),
+    (successful_run_credit, 0.1),
+]
+
+
+# %% [markdown]
+# ## Trainer
+# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
+# change here.
+# %%
+# =====================================================================================
+# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
+# =====================================================================================
+class RecipeError(Exception):
+    """A problem with the input, reported as one line that says how to fix it."""
+
+
+def build_parser():
+    return TrlParser((ScriptArguments, RecipeConfig, ModelConfig))
+
+
+def parse_args(argv=None):
+    """CLI/YAML/main([...]) -> (script_args, training_args, model_args), demo settings applied."""
+    if argv is None:  # in Jupyter/Colab, sys.argv holds the kernel's own arguments: ignore them
+        argv = [] if "ipykernel" in sys.modules else sys.argv[1:]
+    argv = [str(a) for a in argv]
+    try:
+        script_args, training_args, model_args = build_parser().parse_args_and_config(argv)
+        demo = model_args.model_name_or_path is None and not torch.cuda.is_available()
+        if demo:  # parse again with the demo's defaults underneath the user's flags and YAML
+            parser = build_parser()
+            parser.set_defaults_with_config(**DEMO_SETTINGS)
+            script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as error:  # GRPOConfig validates as it is built
+        message = str(error).splitlines()[0]
+        if "divisible" in message:
+            message += (" Fix: make per_device_train_batch_size x gradient_accumulation_steps x number of GPUs "
+                        "a multiple of num_generations, e.g. --per_device_train_batch_size 8 --num_generations 8")
+        raise RecipeError(message) from None
+    if demo:
+        print("No CUDA GPU and no --model_name_or_path: running the offline demo (tiny model and toy data "
+              f"from {ASSETS}). Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
+        if not Path(model_args.model_name_or_path).exists():
+            raise RecipeError(f"demo model not found at {model_args.model_name_or_path}: run "
+                              "`python assets/make_demo_assets.py`, or pass --model_name_or_path")
+    if model_args.model_name_or_path is None:
+        model_args.model_name_or_path = DEFAULT_MODEL
+    if script_args.dataset_name is None:
+        script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
+    return script_args, training_args, model_args
+
+
+def check_environment(script_args, training_args, model_args):
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise RecipeError("--use_vllm needs vLLM, which is not installed: `pip install vllm` (Linux + CUDA GPU)")
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and not model_args.use_peft:
+        raise RecipeError("a quantized model cannot be fully fine-tuned: add --use_peft (QLoRA)")
+    if quantized and importlib.util.find_spec("bitsandbytes") is None:
+        raise RecipeError("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes` "
+                          "(CUDA GPU), or drop the flag")
+    if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < 0:
+        raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps and --train_samples_per_log 0 or "
+                          "more (0 turns them off)")
+    evaluation = Path(training_args.output_dir, "eval.json")
+    if script_args.eval_only and evaluation.exists() and "eval_only" not in json.loads(evaluation.read_text()):
+        raise RecipeError(f"{training_args.output_dir} holds a training run's eval.json: pass another --output_dir "
+                          "for --eval_only, so that the run's results are kept")
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(RUBRIC):
+        raise RecipeError(f"--reward_weights has {len(weights)} values but RUBRIC has {len(RUBRIC)} functions")
+
+
+def resolve_checkpoint(training_args):
+    """Refuse to overwrite a run's checkpoints; turn 'last' into the newest checkpoint folder."""
+    checkpoints = sorted(glob.glob(os.path.join(training_args.output_dir, "checkpoint-*")),
+                         key=lambda p: int(p.rsplit("-", 1)[-1]) if p.rsplit("-", 1)[-1].isdigit() else -1)
+    resume = training_args.resume_from_checkpoint
+    if resume is None:
+        if checkpoints:
+            raise RecipeError(f"{training_args.output_dir} already holds checkpoints: pass "
+                              "--resume_from_checkpoint last to continue, or choose another --output_dir")
+        return None
+    if resume == "last":
+        if not checkpoints:
+            raise RecipeError(f"no checkpoint-* folder in {training_args.output_dir} to resume from")
+        return checkpoints[-1]
+    if not Path(resume, "trainer_state.json").exists():
+        raise RecipeError(f"{resume} is not a checkpoint folder (no trainer_state.json)")
+    return resume
+
+
+def load_model(model_args):
+    """What GRPOTrainer gets as its model: the id or folder itself, except for a PEFT adapter folder (what
+    --use_peft saves), which becomes its base model with the adapter merged in."""
+    folder = Path(model_args.model_name_or_path)
+    if not (folder / "adapter_config.json").exists() or (folder / "config.json").exists():
+        return model_args.model_name_or_path
+    from peft import AutoPeftModelForCausalLM
+
+    try:  # the base model is the one named in adapter_config.json
+        return AutoPeftModelForCausalLM.from_pretrained(folder, dtype=model_args.dtype).merge_and_unload()
+    except OSError as error:
+        raise RecipeError(f"cannot load the base model of the adapter in {folder} ({error}): check "
+                          "base_model_name_or_path in its adapter_config.json") from None
+
+
+def load_tokenizer(model_args, training_args):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                                  trust_remote_code=training_args.trust_remote_code)
+    except OSError:
+        raise RecipeError(f"cannot load model '{model_args.model_name_or_path}': not a local folder, and not "
+                          "reachable on the Hugging Face Hub. Check the id and your network, or pass a local "
+                          "folder with --model_name_or_path") from None
+    if tokenizer.chat_template is None:
+        raise RecipeError(f"'{model_args.model_name_or_path}' has no chat template: use an instruct/chat model")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def with_logging(reward_func, every: int):
+    """Wrap a reward so that it also logs tool use per rollout and prints one trajectory every
+    `every` steps (main process)."""
+    last_printed = {"step": -every}
+
+    @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
+    def wrapper(completions, **kwargs):
+        scores = reward_func(completions, **kwargs)
+        if kwargs.get("log_metric") and kwargs.get("environments"):
+            environments = kwargs["environments"]
+            kwargs["log_metric"]("tools/calls_per_rollout", sum(e.calls for e in environments) / len(environments))
+            turns = [sum(1 for m in c if m.get("role") == "assistant") for c in completions if not isinstance(c, str)]
+            if turns:
+                kwargs["log_metric"]("tools/turns_per_rollout", sum(turns) / len(turns))
+        state = kwargs.get("trainer_state")
+        step = state.global_step if state is not None else 0
+        if every and step - last_printed["step"] >= every and int(os.environ.get("RANK", "0")) == 0:
+            last_printed["step"] = step
+            print(f"\n--- sample at step {step} ({reward_func.__name__} = {scores[0]}) ---\n"
+                  f"{format_trajectory(completions[0])[:800]}\n---")
+        return scores
+
+    return wrapper
+
+
+def format_trajectory(completion) -> str:
+    """A rollout as readable text: assistant turns, tool calls and tool results."""
+    if isinstance(completion, str):
+        return completion
+    lines = []
+    for message in completion:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            lines.append(f"[{message.get('role')} calls] {function.get('name')}({json.dumps(function.get('arguments'))})")
+        if message.get("content"):
+            lines.append(f"[{message.get('role')}] {message['content']}")
+    return "\n".join(lines)
+
+
+# %% [markdown]
+# ## Evaluation
+# Greedy multi-turn rollouts on the held-out tasks with run_python enabled, scored by the hidden tests (pass@1, the
+# share of tests passed and of compiling solutions) and for tool use, before and after training.
+# %%
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
+
+
+def run_tool_calls(text: str, env: ToolEnvironment) -> list[dict] | None:
+    """Parse the tool calls in a generated turn and run them; None when the turn makes no call."""
+    blocks = TOOL_CALL.findall(text)
+    if not blocks:
+        return None
+    messages = [{"role": "assistant", "content": TOOL_CALL.sub("", text).strip(), "tool_calls": []}]
+    for block in blocks:
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], call.get("arguments", {})
+            if name.startswith("_") or name == "reset" or not callable(getattr(env, name, None)):
+                raise ValueError(f"no tool named {name!r}")
+            result = getattr(env, name)(**arguments)
+        except Exception as error:  # a malformed call is a failed call, as in training
+            env.calls, env.failures = env.calls + 1, env.failures + 1
+            name, arguments, result = "unknown", {}, f"Error: could not run the tool call ({error})"
+        messages[0]["tool_calls"].append({"type": "function", "function": {"name": name, "arguments": arguments}})
+        messages.append({"role": "tool", "name": name, "content": str(result)})
+    return messages
+
+
+@torch.no_grad()
+def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 0):
+    """For each row: [its greedy rollout, then `num_samples` sampled at the training temperature], each rollout
+    (the messages after the prompt: calls, arguments and tool results in order, then the answer, its environment)."""
+    model, tokenizer, accelerator, args = trainer.model, trainer.processing_class, trainer.accelerator, trainer.args
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"  # generate() continues from the right end of each row
+    results = []
+    # Each process answers an equal share (short shares padded with repeats) and runs as many tool
+    # rounds as the busiest one, so that all of them call generate() equally often, as ZeRO-3 and
+    # FSDP need; under ZeRO-3 the unwrap gathers the sharded weights.
+    rows = list(range(len(dataset)))
+    with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as generator:
+        for start in range(0, len(my_rows), batch_size):
+            batch_rows = my_rows[start:start + batch_size]
+            prompts = dataset.select(batch_rows)["prompt"]
+            found = [[] for _ in batch_rows]
+            for sample, copies in ((False, 1), (True, num_samples)) if num_samples else ((False, 1),):
+                conversations = [list(prompt) for prompt in prompts for _ in range(copies)]
+                envs = [ToolEnvironment() for _ in conversations]
+                for env in envs:
+                    env.reset()
+                active = list(range(len(conversations)))
+                for round_number in range(max_rounds + 1):
+                    asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
+                    texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
+                                                           add_generation_prompt=True, tokenize=False) for i in asked]
+                    inputs = tokenizer(texts, return_tensors="pt", padding=True,
+                                       add_special_tokens=False).to(model.device)
+                    with torch.autocast(model.device.type, dtype=torch.bfloat16 if args.bf16 else torch.float16,
+                                        enabled=args.bf16 or args.fp16):
+                        output = generator.generate(
+                            **inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                            do_sample=sample, **(dict(temperature=args.temperature, top_p=args.top_p) if sample else {}))
+                    replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+                    still_active = []
+                    for i, reply in zip(active, replies):
+                        messages = run_tool_calls(reply, envs[i]) if round_number < max_rounds else None
+                        if messages is None:  # a final answer (or out of rounds)
+                            conversations[i].append({"role": "assistant", "content": reply})
+                        else:
+                            conversations[i] += messages
+                            still_active.append(i)
+                    active = still_active
+                    if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
+                        break  # every process is done
+                for i, (conversation, env) in enumerate(zip(conversations, envs)):
+                    found[i // copies].append((conversation[len(prompts[i // copies]):], env))
+            results += zip(batch_rows, found)
+    from accelerate.utils import gather_object
+
+    trainer._questions_per_process = gather_object([len(my_rows)])
+    by_row = dict(gather_object(results))  # the padding repeats rows: one result per row
+    model.train(was_training)
+    tokenizer.padding_side = padding_side
+    return [by_row[row] for row in rows]
+
+
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out tasks, run_python enabled, scored by their hidden tests: accuracy
+    (pass@1: every test passes), the mean share of tests passed, the share of compiling solutions, run_python
+    success and calls per task; with num_samples > 1 also pass@1, pass@N and the signal report. Every rollout,
+    its rewards and why its tests failed go to `trajectories` (one JSON line per task)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    columns = {key: [value for value, row in zip(dataset[key], found) for _ in row]
+               for key in ("answer", "tests", "entry_point", "setup")}
+    scores = score(flat, environments=envs, **columns)
+    # Straight from the tests, whatever RUBRIC holds: a rubric under test must not grade itself
+    codes = [extract_answer(completion_text(c)) for c in flat]
+    results = run_hidden_tests_batch(codes, columns["tests"], columns["entry_point"], columns["setup"])
+    correct = [float(bool(r["passed"]) and all(r["passed"])) for r in results]
+    greedy = list(range(0, len(flat), 1 + samples))
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "tests_passed": sum(sum(results[i]["passed"]) / max(1, len(results[i]["passed"])) for i in greedy)
+               / len(greedy),
+               "compiles": sum(codes[i] is not None and defines(codes[i], columns["entry_point"][i])
+                               for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, reference, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": reference, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": codes[i], **scores[i],
+                     "tests": {key: results[i][key] for key in ("passed", "errors", "harness_error")}}
+                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+def tools_of(env: ToolEnvironment) -> list:
+    """The environment's tools, as TRL offers them: every public method but reset()."""
+    return [getattr(env, name) for name in sorted(vars(ToolEnvironment))
+            if not name.startswith("_") and name != "reset" and callable(getattr(env, name))]
+
+
+# %% [markdown]
+# ## Watching the run
+# Held-out accuracy during training, a few rollouts of each logging step on disk, and a monitor that warns when the
+# run looks hacked or stuck. The thresholds are named below, each with the reason for its value.
+# %%
+MONITOR_WINDOW = 5      # logged points a rule averages over, so that one noisy point never warns
+REWARD_RISE = 0.10      # the total reward rose by this share of its largest possible value ...
+ACCURACY_FLAT = 0.02    # ... while held-out accuracy gained less than this: the rubric pays for something else
+SATURATED = 0.95        # an auxiliary reward this close to 1 ...
+OUTCOME_FLAT = 0.05     # ... while the outcome reward gained less than this since the start: format without substance
+NO_SIGNAL = 0.90        # this share of groups with identical rewards (no advantage, no gradient) ...
+NO_SIGNAL_POINTS = 10   # ... for this many logged points in a row
+LENGTH_COLLAPSE = 0.25  # mean completion length under this share of its start: the model stopped answering
+CLIPPED = 0.50          # half the completions cut at max_completion_length: answers never finish
+ENTROPY_COLLAPSE = 0.2  # entropy under this share of its start ...
+EARLY = 0.3             # ... within the first 30% of the run: the policy stopped exploring before it learned
+
+
+def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,
+                     evals: list | None = None) -> list[dict]:
+    """The run's warnings so far, each {"rule", "step", "message"}, from the trainer's logged metrics and the
+    held-out evaluations `evals` ([(step, accuracy)]; by default the eval/accuracy points in the log)."""
+    train = [e for e in log_history if "reward" in e and "step" in e]
+    evals = evals if evals is not None else [(e["step"], e["eval/accuracy"]) for e in log_history if "eval/accuracy" in e]
+    if len(train) < MONITOR_WINDOW:
+        return []
+    step, found = train[-1]["step"], []
+
+    def mean(key, entries):
+        values = [e[key] for e in entries if e.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    def warn(rule, message):
+        found.append({"rule": rule, "step": step, "message": message})
+
+    head, tail = train[:MONITOR_WINDOW], train[-MONITOR_WINDOW:]
+    if len(evals) >= 2 and evals[-1][0] > evals[0][0]:
+        before = [e for e in train if e["step"] <= evals[0][0]][-MONITOR_WINDOW:] or head
+        after = [e for e in train if e["step"] <= evals[-1][0]][-MONITOR_WINDOW:]
+        gain, accuracy_gain = mean("reward", after) - mean("reward", before), evals[-1][1] - evals[0][1]
+        if gain >= REWARD_RISE * max_reward and accuracy_gain < ACCURACY_FLAT:
+            warn("reward_without_accuracy", f"training reward rose {gain:+.2f} (steps {evals[0][0]}-{evals[-1][0]}) "
+                 f"while held-out accuracy moved {accuracy_gain:+.2f} ({evals[0][1]:.2f} -> {evals[-1][1]:.2f}): the "
+                 "rubric pays for something other than the task. Look at which rewards/<name>/mean rose, and read "
+                 "train_samples.jsonl")
+    if len(train) >= 2 * MONITOR_WINDOW and mean(f"rewards/{outcome}/mean", tail) is not None:
+        outcome_gain = mean(f"rewards/{outcome}/mean", tail) - mean(f"rewards/{outcome}/mean", head)
+        for key in sorted({k for e in tail for k in e if k.startswith("rewards/") and k.endswith("/mean")}):
+            level = mean(key, tail)
+            if key != f"rewards/{outcome}/mean" and level >= SATURATED and outcome_gain < OUTCOME_FLAT:
+                warn("auxiliary_saturated", f"{key.split('/')[1]} is saturated ({level:.2f}) while {outcome} gained "
+                     f"{outcome_gain:+.2f}: the model collects the easy reward and not the task. Lower its weight "
+                     "or read train_samples.jsonl")
+                break
+    recent = [e.get("frac_reward_zero_std") for e in train[-NO_SIGNAL_POINTS:]]
+    if len(recent) == NO_SIGNAL_POINTS and all(v is not None and v >= NO_SIGNAL for v in recent):
+        warn("no_signal", f"{min(recent):.0%} or more of the groups had identical rewards for the last "
+             f"{NO_SIGNAL_POINTS} logged points: nothing to learn from. Run --eval_only --eval_num_samples 8 "
+             "for the signal report: warm-start, easier data or a partial-credit reward")
+    start_length, length = mean("completions/mean_length", head), mean("completions/mean_length", tail)
+    if start_length and length is not None and len(train) >= 2 * MONITOR_WINDOW and length < LENGTH_COLLAPSE * start_length:
+        warn("length_collapse", f"mean completion length fell from {start_length:.0f} to {length:.0f} tokens: "
+             "the model stopped answering. Read train_samples.jsonl; a length or format reward may pay for brevity")
+    clipped = mean("completions/clipped_ratio", tail)
+    if clipped is not None and clipped >= CLIPPED:
+        warn("clipped", f"{clipped:.0%} of completions are cut at max_completion_length: their answers never "
+             "finish. Raise --max_completion_length or reward shorter reasoning")
+    start_entropy, entropy = mean("entropy", head), mean("entropy", tail)
+    if (start_entropy and entropy is not None and len(train) >= 2 * MONITOR_WINDOW and step <= EARLY * max_steps
+            and entropy < ENTROPY_COLLAPSE * start_entropy):
+        warn("entropy_collapse", f"entropy fell from {start_entropy:.2f} to {entropy:.2f} by step {step} "
+             f"({step / max_steps:.0%} of the run): the policy stopped exploring. Lower the learning rate or raise "
+             "the temperature")
+    return found
+
+
+class RunMonitor(TrainerCallback):
+    """Checks the rules above at every log; prints each warning once and keeps them for eval.json."""
+
+    def __init__(self, max_reward: float, outcome: str = "correctness_reward"):
+        self.max_reward, self.outcome, self.warnings = max_reward, outcome, []
+
+    def check(self, log_history, max_steps, evals=None):
+        for warning in monitor_warnings(log_history, self.outcome, self.max_reward, max_steps, evals):
+            if warning["rule"] not in {w["rule"] for w in self.warnings}:
+                self.warnings.append(warning)
+                if int(os.environ.get("RANK", "0")) == 0:
+                    print(f"\nWARNING (step {warning['step']}): {warning['message']}")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.check(state.log_history, state.max_steps)
+
+
+class MidRunEval(TrainerCallback):
+    """Every `every` steps: greedy held-out accuracy, logged as eval/<metric> (to --report_to too) and plotted."""
+
+    def __init__(self, trainer, dataset, every: int, trajectories: Path, **evaluate_kwargs):
+        self.trainer, self.dataset, self.every, self.trajectories = trainer, dataset, every, trajectories
+        self.evaluate_kwargs = evaluate_kwargs
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # a fresh run: the starting point of the curve
+            self.on_step_end(args, state, control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and len(self.dataset) and state.global_step % self.every == 0:
+            metrics = evaluate(self.trainer, self.dataset, trajectories=self.trajectories, step=state.global_step,
+                               **self.evaluate_kwargs)
+            # Trainer.log, not GRPOTrainer.log: the latter would flush the step's training metrics into this entry
+            Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
+
+
+def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
+    """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
+    plain JSON lines, nothing printed, so it costs next to nothing."""
+    saved = {"step": None}
+
+    @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
+    def wrapper(completions, **kwargs):
+        scores = reward_func(completions, **kwargs)
+        state = kwargs.get("trainer_state")
+        step = state.global_step if state is not None else 0
+        if per_log and step % every == 0 and step != saved["step"] and int(os.environ.get("RANK", "0")) == 0:
+            saved["step"] = step
+            columns = {k: v[:per_log] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
+            with open(path, "a", encoding="utf-8") as f:
+                for i, scored in enumerate(score(completions[:per_log], **columns)):
+                    completion = completions[i]  # one message's text; a tool run's whole list of messages
+                    text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
+                    f.write(json.dumps({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
+                                        "completions": [{"text": text, "greedy": False, "parsed_answer":
+                                                         extract_answer(completion_text(text)), **scored}]},
+                                       default=str) + "\n")
+        return scores
+
+    return wrapper
+
+
+# %% [markdown]
+# ## Plots
+# The total reward, each reward and the completion length against step, saved as `training_curves.png`.
+# %%
+def plot_curves(log_history: list[dict], path: Path):
+    """Total reward, each reward component, and completion length against step, in one PNG."""
+    from matplotlib.figure import Figure  # no pyplot: no display needed, a notebook's backend untouched
+
+    logs = [entry for entry in log_history if "reward" in entry and "step" in entry]
+    if not logs:
+        return None
+    steps = [entry["step"] for entry in logs]
+    components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
+    fig = Figure(figsize=(16, 4.2))
+    axes = fig.subplots(1, 3)
+    axes[0].plot(steps, [entry["reward"] for entry in logs], color="black", label="training reward")
+    axes[0].set_title("total reward (weighted sum)")
+    held_out = [(entry["step"], entry["eval/accuracy"]) for entry in log_history if "eval/accuracy" in entry]
+    if held_out:  # on its own 0-1 axis: the line that says whether the reward is paying for the task
+        accuracy_axis = axes[0].twinx()
+        accuracy_axis.plot(*zip(*held_out), color="tab:green", marker="o", label="held-out accuracy")
+        accuracy_axis.set_ylim(0, 1)
+        accuracy_axis.set_ylabel("held-out accuracy (greedy)", color="tab:green")
+        axes[0].set_title("training reward (black) and held-out accuracy (green)")
+    for key in components:
+        axes[1].plot(steps, [entry.get(key, math.nan) for entry in logs], label=key.split("/")[1])
+    axes[1].set_title("reward components (unweighted, 0-1)")
+    axes[1].legend(fontsize=8)
+    axes[2].plot(steps, [entry.get("completions/mean_length", math.nan) for entry in logs], color="tab:purple")
+    axes[2].set_title("mean completion length (tokens)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+# %% [markdown]
+# ## Training
+# `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
+# %%
+def main(argv=None):
+    """Train, evaluate before and after, plot (or, with --eval_only, only evaluate). `argv` is a list of flags;
+    None reads sys.argv."""
+    started = time.time()
+    script_args, training_args, model_args = parse_args(argv)
+    check_environment(script_args, training_args, model_args)
+    resume = None if script_args.eval_only else resolve_checkpoint(training_args)
+    tokenizer = load_tokenizer(model_args, training_args)
+    train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype,
+                                       "revision": model_args.model_revision,
+                                       "attn_implementation": model_args.attn_implementation}
+    rewards = [func for func, _ in RUBRIC]
+    rewards[0] = with_logging(rewards[0], script_args.print_samples_every)
+    rewards[0] = with_sample_saving(rewards[0], output_dir / "train_samples.jsonl", training_args.logging_steps,
+                                    script_args.train_samples_per_log)
+    if training_args.reward_weights is None:
+        training_args.reward_weights = [weight for _, weight in RUBRIC]
+    try:
+        trainer = GRPOTrainer(
+            model=load_model(model_args),
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            environment_factory=ToolEnvironment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:
+        if "template" in str(error).lower():  # TRL parses tool calls only for templates it knows
+            raise RecipeError(f"'{model_args.model_name_or_path}' has a chat template TRL cannot drive tool calls "
+                              "with. Use a model of a supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, "
+                              "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
+        raise
+
+    main_process = trainer.accelerator.is_main_process
+    for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
+        if main_process:
+            (output_dir / name).unlink(missing_ok=True)
+    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
+                      max_rounds=training_args.max_tool_calling_iterations)
+
+    def report(results):  # the run's facts beside the scores, written by the main process
+        if main_process:
+            results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
+                           num_processes=trainer.accelerator.num_processes,
+                           wall_time_seconds=round(time.time() - started, 1))
+            (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
+
+    if script_args.eval_only:  # no optimizer, no trainer state, no checkpoint
+        results = {"eval_only": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                         trajectories=output_dir / "eval_only.jsonl", **evaluation)}
+        report(results)
+        if main_process and results["eval_only"]:
+            scores = results["eval_only"]
+            print(f"\nheld-out ({scores['num_examples']} tasks, greedy): pass@1 {scores['accuracy']:.2f}, tests "
+                  f"passed {scores['tests_passed']:.2f}, compiles {scores['compiles']:.2f}, run_python calls "
+                  f"{scores['mean_tool_calls']:.2f}")
+            if "signal" in scores:
+                print(signal_report(scores))
+            print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
+        trainer.accelerator.wait_for_everyone()
+        return results
+
+    results = {"before": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                  trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
+    if main_process and "signal" in results["before"]:
+        print(signal_report(results["before"]))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome="tests_passed_reward")
+    trainer.add_callback(monitor)
+    trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
+                                                                           len(eval_dataset)))),
+                                    script_args.mid_eval_steps, output_dir / "eval_midrun.jsonl", **evaluation))
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json: the full log history, next to the final model
+    results["after"] = evaluate(trainer, eval_dataset, trajectories=output_dir / "eval_after.jsonl",
+                                step=trainer.state.global_step, **evaluation)
+    if results["before"] and not any("eval/accuracy" in e for e in trainer.state.log_history):
+        # No mid-run evaluation: judge the reward against the held-out accuracy before and after instead
+        monitor.check(trainer.state.log_history, trainer.state.max_steps, evals=[
+            (0, results["before"]["accuracy"]), (trainer.state.global_step, results["after"]["accuracy"])])
+    results["warnings"] = monitor.warnings
+    results["global_step"] = trainer.state.global_step
+    report(results)
+    if main_process:
+        plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        if results["before"]:
+            print(f"\n{'held-out':<18}{'before':>8}{'after':>8}   ({results['after']['num_examples']} tasks; accuracy "
+                  "is pass@1 on the hidden tests)")
+            for key in ("accuracy", "tests_passed", "compiles", "tool_call_success", "mean_tool_calls"):
+                print(f"{key:<18}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+        print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
+                                                                   for w in monitor.warnings))
+        print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
+    trainer.accelerator.wait_for_everyone()  # the main process wrote the results: now all leave together
+    if hasattr(trainer, "end"):
+        trainer.end()  # closes trackers and the process group
+    return results
+
+
+# %% active="py"
+if __name__ == "__main__":
+    try:
+        main()
+    except RecipeError as error:
+        sys.exit(f"grpo_code.py: error: {error}")
+
