@@ -116,7 +116,8 @@ class ScriptArguments:
     dataset_name: str = arg(None, "Tasks to train on: a Hub dataset id, or a local .json/.jsonl/.parquet file or "
                                   "folder. Default: MBPP (the toy tasks in assets/ for the offline demo).")
     dataset_config: str = arg(None, "Dataset configuration, e.g. 'sanitized' for MBPP.")
-    dataset_train_split: str = arg("train+validation+test", "Split(s) to train on, joined with '+'.")
+    dataset_train_split: str = arg(None, "Split(s) to train on, joined with '+'. Default: all of MBPP "
+                                         "(train+validation+test: evaluation is on HumanEval), else 'train'.")
     dataset_test_split: str = arg("test", "Split of --eval_dataset_name to evaluate on (of the training data when "
                                           "that is not set; if it has no such split, held-out training tasks).")
     eval_dataset_name: str = arg("openai/openai_humaneval", "Tasks to evaluate on (hidden tests, greedy); 'none' to "
@@ -210,12 +211,12 @@ DEMO_SETTINGS = dict(
     num_generations=8,
     max_completion_length=128,
     max_tool_calling_iterations=2,
-    max_steps=150,
-    save_steps=50,
+    max_steps=80,
+    save_steps=40,
     gradient_checkpointing=False,
     eval_batch_size=100,
     num_eval_examples=100,
-    mid_eval_steps=30,  # held-out pass@1 at 6 points of the run, plotted beside the reward
+    mid_eval_steps=20,  # held-out pass@1 at 5 points of the run, plotted beside the reward
     num_mid_eval_examples=64,
 )
 
@@ -1060,7 +1061,8 @@ def load_data(script_args, tokenizer, seed):
 
     name = script_args.dataset_name
     dataset = read_dataset(name, script_args.dataset_config)
-    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
+    default_split = "train+validation+test" if (name, script_args.dataset_config) == DEFAULT_DATASET else "train"
+    train = split_of(dataset, script_args.dataset_train_split or default_split, name, "--dataset_train_split")
     eval_name = script_args.eval_dataset_name
     if eval_name and eval_name.lower() != "none":
         test = split_of(read_dataset(eval_name, script_args.eval_dataset_config), script_args.dataset_test_split,
@@ -1068,7 +1070,9 @@ def load_data(script_args, tokenizer, seed):
     elif script_args.dataset_test_split in dataset:
         eval_name, test = name, dataset[script_args.dataset_test_split]
     else:  # hold some training tasks out for evaluation
-        split = train.train_test_split(test_size=max(1, script_args.num_eval_examples), seed=seed)
+        held_out = min(script_args.num_eval_examples, len(train) // 2)  # never more than half the tasks
+        split = train.train_test_split(test_size=held_out, seed=seed) if held_out else {"train": train,
+                                                                                        "test": train.select([])}
         eval_name, train, test = name, split["train"], split["test"]
     test = test.select(range(min(script_args.num_eval_examples, len(test))))
 

@@ -244,7 +244,9 @@ def load_data(script_args, tokenizer, seed):
     if script_args.dataset_test_split in dataset:
         test = dataset[script_args.dataset_test_split]
     else:  # hold some training rows out for evaluation
-        split = train.train_test_split(test_size=max(1, script_args.num_eval_examples), seed=seed)
+        held_out = min(script_args.num_eval_examples, len(train) // 2)  # never more than half the rows
+        split = train.train_test_split(test_size=held_out, seed=seed) if held_out else {"train": train,
+                                                                                        "test": train.select([])}
         train, test = split["train"], split["test"]
 
     def to_prompt(row):

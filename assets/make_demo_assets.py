@@ -316,15 +316,14 @@ def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
 
 
 # ---- the coding demo (grpo_code.py) -----------------------------------------------------------
-CODE_TASKS = [  # (docstring, argument, the body's expression with {k})
-    ("Return x plus {k}.", "x", "x + {k}"),
-    ("Return x minus {k}.", "x", "x - {k}"),
-    ("Return x times {k}.", "x", "x * {k}"),
-    ("Return a list with {k} added to each number in xs.", "xs", "[x + {k} for x in xs]"),
-    ("Return how many numbers in xs are greater than {k}.", "xs", "sum(1 for x in xs if x > {k})"),
-    ("Return the numbers in xs that are divisible by {k}.", "xs", "[x for x in xs if x % {k} == 0]"),
+CODE_TASKS = [  # (function name, docstring, argument, the body's expression with {k})
+    ("add", "Return x plus {k}.", "x", "x + {k}"),
+    ("subtract", "Return x minus {k}.", "x", "x - {k}"),
+    ("multiply", "Return x times {k}.", "x", "x * {k}"),
+    ("add_to_each", "Return a list with {k} added to each number in xs.", "xs", "[x + {k} for x in xs]"),
+    ("count_greater", "Return how many numbers in xs are greater than {k}.", "xs", "sum(1 for x in xs if x > {k})"),
+    ("keep_multiples", "Return the numbers in xs that are divisible by {k}.", "xs", "[x for x in xs if x % {k} == 0]"),
 ]
-CODE_NAMES = ["solve", "compute", "transform", "apply", "calc", "process", "shift", "scale", "count", "pick"]
 
 
 def code_input(rng: random.Random, argument: str):
@@ -333,15 +332,15 @@ def code_input(rng: random.Random, argument: str):
 
 def make_code_task(rng: random.Random) -> dict:
     """A small function in HumanEval's layout: prompt (signature, docstring, one example), reference, tests."""
-    doc, argument, expression = rng.choice(CODE_TASKS)
-    name, k = rng.choice(CODE_NAMES), rng.randint(2, 9)
+    name, doc, argument, expression = rng.choice(CODE_TASKS)
+    k = rng.randint(2, 9)
     function = eval(f"lambda {argument}: {expression.format(k=k)}")
     example = code_input(rng, argument)
     prompt = (f"def {name}({argument}):\n    \"\"\"{doc.format(k=k)}\n    >>> {name}({example!r})\n"
               f"    {function(example)!r}\n    \"\"\"\n")
     inputs = [example] + [code_input(rng, argument) for _ in range(4)]
     test = "def check(candidate):\n" + "".join(f"    assert candidate({x!r}) == {function(x)!r}\n" for x in inputs)
-    return {"task_id": f"toy/{name}/{expression.format(k=k)}", "prompt": prompt, "entry_point": name,
+    return {"task_id": f"toy/{name}/{k}/{example!r}", "prompt": prompt, "entry_point": name,
             "canonical_solution": f"    return {expression.format(k=k)}\n", "test": test,
             "example": repr(example), "body": expression, "k": k, "argument": argument}
 

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = [
     ("grpo_math.py", "GRPO on GSM8K-style math", True),
     ("grpo_tools.py", "GRPO with tools", True),
+    ("grpo_code.py", "GRPO for code: write it, run it, fix it", True),
     ("notebooks/rewards_playground.py", "Rewards playground", False),
 ]
 

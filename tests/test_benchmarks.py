@@ -74,3 +74,12 @@ def test_sandbox_benchmark_measures_every_arm(tmp_path):
     assert report["ratio_run_python_over_floor"] == pytest.approx(report["latency"]["run_python"]["median_ms"] / floor)
     assert report["throughput"]["run_python, realistic"]["calls"] == 4
     assert "ratio run_python /" in stdout
+
+
+def test_code_reward_benchmark_times_both_arms(tmp_path):
+    report, stdout = run_benchmark("bench_code_reward", ["--rounds", "1", "--tasks", "12"], tmp_path)
+    assert report["solutions"] == 12 and set(report["median_s"]) == {"harness", "plain process"}
+    assert report["cases_scored"]["harness"] > 12  # every test case on its own
+    assert report["ratio_harness_over_plain"] == pytest.approx(
+        report["median_s"]["harness"] / report["median_s"]["plain process"])
+    assert "ratio harness / plain process" in stdout

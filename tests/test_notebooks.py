@@ -285,3 +285,20 @@ def test_grpo_tools_notebook_runs_the_offline_demo(kernel_env):
             (key, text_of(table))
     assert after["accuracy"] - before["accuracy"] >= 0.2, (before["accuracy"], after["accuracy"])
     assert after["tool_call_success"] >= 0.9, after["tool_call_success"]
+
+
+def test_grpo_code_notebook_runs_the_offline_demo(kernel_env):
+    """The whole CPU demo: setup, every script cell, then the run, table and plot cells; the tiny model learns to
+    try its code before handing it in, as `python grpo_code.py` does."""
+    notebook = execute(NOTEBOOK_DIR / "grpo_code.ipynb", kernel_env, timeout=3600)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    setup, run, table, plot = code[0], code[-3], code[-2], code[-1]
+    assert f"working directory: {REPO}" in text_of(setup) and "offline demo" in text_of(setup)
+    assert "offline demo" in text_of(run)
+    assert images_in(plot) == 1
+    evaluation = json.loads((kernel_env / "run" / "eval.json").read_text())
+    before, after = evaluation["before"], evaluation["after"]
+    for key in ("accuracy", "tests_passed", "compiles", "mean_tool_calls"):
+        assert re.search(rf"^{key} +{before[key]:.2f} +{after[key]:.2f}$", text_of(table), re.MULTILINE), \
+            (key, text_of(table))
+    assert after["accuracy"] - before["accuracy"] >= 0.2, (before["accuracy"], after["accuracy"])

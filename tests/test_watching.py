@@ -4,7 +4,7 @@ reward-hacking monitor (its rules on synthetic logs, and a real run with a hacka
 import json
 
 import pytest
-from conftest import FAST_RUN, REPO, TINY_MODEL, TOY_DATA, run_script
+from conftest import FAST_RUN, TINY_MODEL, TOY_DATA, run_script
 
 import grpo_math
 
@@ -144,13 +144,6 @@ import grpo_tools  # noqa: E402
 from test_grpo_tools import FAST_RUN as TOOLS_RUN  # noqa: E402
 
 
-def test_the_watching_block_is_the_same_in_both_scripts():
-    """Copied block for block: a fix to one must reach the other."""
-    block = [(REPO / name).read_text().split("# ## Watching the run")[1].split("# ## Plots")[0]
-             for name in ("grpo_math.py", "grpo_tools.py")]
-    assert block[0] == block[1]
-
-
 @pytest.mark.parametrize("samples", [1, 3])
 def test_tools_eval_only_keeps_whole_conversations(samples, tmp_path):
     out = tmp_path / "eval"
@@ -183,13 +176,6 @@ def test_eval_only_takes_a_peft_adapter_folder(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
     assert scores["accuracy"] == pytest.approx(json.loads((run / "eval.json").read_text())["after"]["accuracy"])
-
-
-@pytest.mark.parametrize("name", ["score", "sample_metrics", "signal_report", "load_model"])
-def test_shared_plumbing_is_the_same_in_both_scripts(name):
-    import inspect
-
-    assert inspect.getsource(getattr(grpo_math, name)) == inspect.getsource(getattr(grpo_tools, name))
 
 
 def test_sample_metrics_count_groups():

@@ -1,0 +1,203 @@
+"""grpo_code.py: its rubric on hand-written trajectories, task loading in every layout, the script run as a user
+runs it, and the offline demo."""
+
+import gzip
+import json
+
+import pytest
+from conftest import REPO, run_script
+
+import grpo_code as gc
+
+TINY_CODE_MODEL = REPO / "assets" / "tiny-qwen-code"
+TOY_CODE_DATA = REPO / "assets" / "toy_code"
+FAST_RUN = ["--model_name_or_path", str(TINY_CODE_MODEL), "--dataset_name", str(TOY_CODE_DATA),
+            "--eval_dataset_name", "none", "--learning_rate", "2e-4", "--per_device_train_batch_size", "16",
+            "--gradient_accumulation_steps", "1", "--num_generations", "8", "--max_completion_length", "128",
+            "--max_tool_calling_iterations", "2", "--gradient_checkpointing", "false", "--logging_steps", "1",
+            "--num_eval_examples", "16", "--eval_batch_size", "16", "--warmup_steps", "0"]
+
+TASK = {"tests": "def check(candidate):\n    assert candidate(2) == 9\n    assert candidate(0) == 7\n",
+        "entry_point": "solve", "setup": 'def solve(x):\n    """Return x plus 7."""\n'}
+
+
+def columns(n):
+    return {key: [value] * n for key, value in TASK.items()}
+
+
+def env(calls=0, failures=0):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(calls=calls, failures=failures)
+
+
+def block(code):
+    return {"role": "assistant", "content": f"Here it is.\n```python\n{code}```"}
+
+
+def run(code, output):
+    return [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "run_python", "arguments": {"code": code}}}]},
+        {"role": "tool", "name": "run_python", "content": output}]
+
+
+RIGHT, OFF = "def solve(x):\n    return x + 7\n", "def solve(x):\n    return x + 8\n"
+HALF = "def solve(x):\n    return 7 if x == 0 else 0\n"
+
+# (trajectory, tally, tests_passed_reward, code_format_reward)
+TRAJECTORIES = [
+    ([block(RIGHT)], env(), 1.0, 1.0),
+    ([block(OFF)], env(), 0.0, 1.0),
+    ([block(HALF)], env(), 0.1, 1.0),  # one case of two: partial credit only
+    ([*run(OFF + "print(solve(2))", "10\n"), block(RIGHT)], env(1), 1.0, 1.0),  # tried, read, fixed
+    ([*run(RIGHT, "Error: exit status 1"), block(RIGHT)], env(1, 1), 1.0, 1.0),
+    ([{"role": "assistant", "content": "def solve(x):\n    return x + 7"}], env(), 0.0, 0.0),  # no block
+    ([{"role": "assistant", "content": f"```python\n{OFF}```\nor\n```python\n{RIGHT}```"}], env(), 1.0, 0.0),  # the last
+    ([block("def solve(x):\n    return x +\n")], env(), 0.0, 0.0),  # does not compile
+    ([block("def answer(x):\n    return x + 7\n")], env(), 0.0, 0.0),  # not the entry point
+    ([*run(RIGHT, "9\n")], env(1), 0.0, 0.0),  # never handed in an answer
+    ([{"role": "assistant", "content": "```python\nimport sys\nsys.exit(0)\n```"}], env(), 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("trajectory, tally, passed, formatted", TRAJECTORIES)
+def test_rubric_on_hand_written_trajectories(trajectory, tally, passed, formatted):
+    assert gc.tests_passed_reward([trajectory], **columns(1)) == [pytest.approx(passed)]
+    assert gc.code_format_reward([trajectory], **columns(1)) == [formatted]
+    assert gc.successful_run_credit(environments=[tally]) == [min(1.0, 0.5 * (tally.calls - tally.failures))]
+
+
+def test_format_and_tool_terms_can_never_outweigh_passing_tests():
+    weights = dict((f.__name__, w) for f, w in gc.RUBRIC)
+    auxiliary = sum(w for name, w in weights.items() if name != "tests_passed_reward")
+    assert weights["tests_passed_reward"] == 1.0 and auxiliary <= 0.2
+    # a rollout that fails every test but collects every other term scores below one that passes them all
+    # and collects nothing else
+    assert auxiliary < weights["tests_passed_reward"] * (1 - gc.PARTIAL_CREDIT)
+
+
+def test_a_batch_is_scored_in_parallel_and_in_order():
+    trajectories = [[block(RIGHT)], [block(OFF)], [block(HALF)]] * 10
+    assert gc.tests_passed_reward(trajectories, **columns(30)) == pytest.approx([1.0, 0.0, 0.1] * 10)
+
+
+def dataset_file(tmp_path, rows, name="tasks.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_tasks_in_every_layout(tmp_path):
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    flags = SimpleNamespace(prompt_column=None, tests_column=None, entry_point_column=None, solution_column=None)
+    humaneval = [json.loads(line) for line in gzip.open(REPO / "tests" / "data" / "humaneval" / "HumanEval.jsonl.gz",
+                                                        "rt")][:3]
+    tasks = gc.to_tasks(Dataset.from_list(humaneval), flags, "humaneval")
+    assert [t["entry_point"] for t in tasks] == [row["entry_point"] for row in humaneval]
+    assert all(t["setup"] == row["prompt"] and t["answer"] == row["prompt"] + row["canonical_solution"]
+               for t, row in zip(tasks, humaneval))
+    assert gc.task_message(**{k: tasks[0][k] for k in ("prompt", "tests", "entry_point", "setup")}).startswith(
+        "Complete this Python function:\n```python\nfrom typing import List")
+    mbpp = [{"task_id": 2, "prompt": "Write a function to find the shared elements of two lists.",
+             "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
+             "test_imports": [], "test_list": ["assert set(similar_elements((3, 4, 5), (5, 7, 4))) == set((4, 5))",
+                                               "assert set(similar_elements((1, 2), (5, 7))) == set()"]}]
+    task = gc.to_tasks(Dataset.from_list(mbpp), flags, "mbpp")[0]
+    assert task["entry_point"] == "similar_elements" and task["setup"] == "" and task["answer"] == mbpp[0]["code"]
+    message = gc.task_message(**{k: task[k] for k in ("prompt", "tests", "entry_point", "setup")})
+    assert "`similar_elements`" in message and mbpp[0]["test_list"][0] in message
+    assert mbpp[0]["test_list"][1] not in message  # only one example is shown; every test stays hidden
+    assert gc.check_tasks([task], "mbpp") == [task]
+
+
+def test_a_task_whose_reference_fails_is_reported_and_dropped(tmp_path):
+    rows = [json.loads(line) for line in (TOY_CODE_DATA / "test.jsonl").read_text().splitlines()[:20]]
+    rows[3]["canonical_solution"] = "    return None\n"
+    rows[5]["test"] = "def check(candidate):\n    pass\n"  # no test case at all
+    data = tmp_path / "tasks"
+    data.mkdir()
+    dataset_file(data, rows, "train.jsonl")
+    (data / "test.jsonl").write_text((TOY_CODE_DATA / "test.jsonl").read_text())
+    out = tmp_path / "eval"
+    result = run_script([*FAST_RUN, "--dataset_name", data, "--eval_only", "--output_dir", out], script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dropped 2 of 20 tasks" in result.stdout and "1 whose reference solution fails its own tests" in result.stdout
+    assert json.loads((out / "eval.json").read_text())["eval_only"]["num_examples"] == 16
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tests_column", "tests"], "has no column 'tests'"),
+    (["--dataset_train_split", "train+dev"], "has no split 'dev'"),
+    (["--dataset_name", "missing.jsonl"], "cannot load dataset"),
+])
+def test_bad_input_is_one_clear_error(flags, message, tmp_path):
+    result = run_script([*FAST_RUN, *flags, "--output_dir", tmp_path / "run"], script="grpo_code.py")
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpo_code.py: error:") and message in last, last
+    assert not (tmp_path / "run" / "eval.json").exists()
+
+
+def test_tasks_without_tests_are_one_clear_error(tmp_path):
+    data = dataset_file(tmp_path, [{"prompt": "Write f.", "test": "print('no assert')", "entry_point": "f"}] * 4)
+    result = run_script([*FAST_RUN, "--dataset_name", data, "--output_dir", tmp_path / "run"], script="grpo_code.py")
+    assert result.returncode != 0 and "no usable training task" in result.stderr.strip().splitlines()[-1]
+
+
+def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
+    out = tmp_path / "run"
+    result = run_script([*FAST_RUN, "--max_steps", "2", "--output_dir", out], script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluation = json.loads((out / "eval.json").read_text())
+    for when in ("before", "after"):
+        scores = evaluation[when]
+        assert scores["num_examples"] == 16
+        for key in ("accuracy", "tests_passed", "compiles", "tool_call_success"):
+            assert 0 <= scores[key] <= 1
+    assert (out / "training_curves.png").exists() and (out / "checkpoint-2").is_dir()
+    rows = [json.loads(line) for line in (out / "eval_after.jsonl").read_text().splitlines()]
+    assert len(rows) == 16
+    right = 0
+    for row in rows:
+        completion = row["completions"][0]
+        assert completion["text"][-1]["role"] == "assistant"  # the whole conversation
+        assert set(completion["rewards"]) == {f.__name__ for f, _ in gc.RUBRIC}
+        passed = completion["tests"]["passed"]
+        assert completion["rewards"]["tests_passed_reward"] == pytest.approx(
+            0.2 * sum(passed) / len(passed) + 0.8 * all(passed) if passed else 0.0)
+        right += bool(passed) and all(passed)
+    assert evaluation["after"]["accuracy"] == pytest.approx(right / 16)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert any("rewards/tests_passed_reward/mean" in e for e in state["log_history"])
+    result = run_script([*FAST_RUN, "--max_steps", "2", "--output_dir", out], script="grpo_code.py")
+    assert result.returncode != 0 and "already holds checkpoints" in result.stderr  # never overwritten
+
+
+def test_offline_demo_learns_to_try_its_code(tmp_path):
+    """`python grpo_code.py` with no GPU and no flags but an output folder: the issue's targets."""
+    out = tmp_path / "demo"
+    result = run_script(["--output_dir", out], script="grpo_code.py", timeout=1500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "offline demo" in result.stdout
+    evaluation = json.loads((out / "eval.json").read_text())
+    before, after = evaluation["before"], evaluation["after"]
+    print(f"code demo: pass@1 {before['accuracy']:.3f} -> {after['accuracy']:.3f}, tests passed "
+          f"{before['tests_passed']:.3f} -> {after['tests_passed']:.3f}, run_python calls "
+          f"{before['mean_tool_calls']:.2f} -> {after['mean_tool_calls']:.2f}, {evaluation['wall_time_seconds']} s")
+    assert after["accuracy"] - before["accuracy"] >= 0.20
+    assert evaluation["warnings"] == []  # the demo as it ships is not hacked
+    state = json.loads((out / "trainer_state.json").read_text())
+    midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
+    assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out pass@1 during training, rising
+    # --eval_only on a checkpoint the demo wrote, with the signal report
+    result = run_script(["--model_name_or_path", out / "checkpoint-80", "--dataset_name", TOY_CODE_DATA,
+                         "--eval_dataset_name", "none", "--eval_only", "--max_completion_length", 128,
+                         "--max_tool_calling_iterations", 2, "--num_eval_examples", 100, "--eval_batch_size", 100,
+                         "--eval_num_samples", 2, "--output_dir", tmp_path / "eval"], script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
+    assert scores["accuracy"] == pytest.approx(after["accuracy"])  # the same weights, the same greedy answers
+    assert "signal report" in result.stdout
