@@ -250,7 +250,7 @@ _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 # waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
 # zygote never reads code itself, so nothing of one call can reach another through it.
 _SANDBOX_ZYGOTE = r"""
-import ctypes, json, os, resource, signal, socket, sys, traceback, types
+import array, ctypes, json, os, resource, signal, socket, sys, traceback, types
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
 control = socket.socket(fileno=cfg["control"])
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 1, 2, 4, 8, 32, 1024, 2048
@@ -356,23 +356,17 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
             pass
     os._exit(rc & 255)
 
-def serve(connection):  # one call, in a child of the zygote
+def serve(connection, stdin):  # one call, in a child of the zygote; `stdin`: a descriptor for the code, or None
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    chunks = []
-    while chunk := connection.recv(1 << 16):
-        chunks.append(chunk)
-    header, _, data = b"".join(chunks).partition(b"\n")  # b"<length of the code>\n" + code + what stdin reads
-    source, stdin = data[:int(header)], data[int(header):]
     if cfg["namespaces"]:
         ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
         if os.fork():
             os._exit(0)  # the child is PID 1 of the new PID namespace: when it exits, all of the call's processes die
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        # The captured output (and stdin): files without a name on a tmpfs of their own, detached before the code
-        # runs, so the code can neither open them again nor crowd the output out by filling /tmp.
-        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={cfg['output'] + len(stdin) + 2**16},nr_inodes=8,mode=700")
-        output, stdin_file = (os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
+        # The captured output: a file without a name on a tmpfs of its own, detached before the code runs, so the
+        # code can neither open it again nor crowd it out by filling /tmp.
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['output'] + 2**16},nr_inodes=8,mode=700")
+        output = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
         ok(libc.umount2(b"/tmp", MNT_DETACH), "detach the output's tmpfs")
         for path, size in (("/tmp", cfg["tmp_bytes"]), ("/dev/shm", cfg["tmp_bytes"] // 4)):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
@@ -382,20 +376,20 @@ def serve(connection):  # one call, in a child of the zygote
         os.mkdir(work, 0o700)
         if cfg["drop"]:
             os.chown(work, NOBODY, NOBODY)
-        output, stdin_file = (os.open(os.path.join(work, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-                              for name in (".output", ".stdin"))
-        for name in (".output", ".stdin"):  # files without a name: the code cannot open them again
-            os.unlink(os.path.join(work, name))
+        output = os.open(os.path.join(work, ".output"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(os.path.join(work, ".output"))  # a file without a name: the code cannot open it again
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not trace this process or open its files
-    os.pwrite(stdin_file, stdin, 0)
-    path = os.path.join(work, "main.py")
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    source, path = b"".join(chunks), os.path.join(work, "main.py")
     with open(path, "wb") as f:
         f.write(source)
     fd = connection.detach()
     pid = os.fork()
     if pid == 0:
         try:
-            run_code(path, source, stdin_file if stdin else None, output, work)
+            run_code(path, source, stdin, output, work)
         finally:
             os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
     timed_out = []
@@ -422,18 +416,20 @@ except Exception as e:
     sys.exit(1)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by the kernel
 while True:
-    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(4))
+    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(8))
     if not message:
         break  # the caller is gone: so is this process, and with it (PID 1 of its namespace) every call
-    for fd in [int.from_bytes(data[:4], sys.byteorder) for _, kind, data in ancillary if kind == socket.SCM_RIGHTS]:
-        try:
-            if os.fork() == 0:
-                control.close()
-                try:
-                    serve(socket.socket(fileno=fd))
-                finally:
-                    os._exit(0)
-        finally:
+    fds = [fd for _, kind, data in ancillary if kind == socket.SCM_RIGHTS
+           for fd in array.array("i", data[:len(data) - len(data) % 4])]  # the call's socket, then its stdin
+    try:
+        if fds and os.fork() == 0:
+            control.close()
+            try:
+                serve(socket.socket(fileno=fds[0]), fds[1] if len(fds) > 1 else None)
+            finally:
+                os._exit(0)
+    finally:
+        for fd in fds:
             os.close(fd)
 """
 
@@ -487,15 +483,24 @@ class _Sandbox:
         if len(stdin) > PYTHON_FILE_BYTES:
             raise ValueError(f"stdin too long ({len(stdin)} bytes, limit {PYTHON_FILE_BYTES})")
         ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
+        # stdin travels as a descriptor of an in-memory file: the sandbox's processes never hold it in their memory,
+        # so a process the code forks before reading its stdin has none of it
+        stdin_file = os.fdopen(os.memfd_create("stdin"), "w+b") if stdin else None
         with ours:
             try:
-                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+                if stdin_file:
+                    stdin_file.write(stdin)
+                    stdin_file.flush()
+                    stdin_file.seek(0)
+                fds = [theirs.fileno(), *([stdin_file.fileno()] if stdin_file else [])]
+                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             finally:
                 theirs.close()
+                if stdin_file:
+                    stdin_file.close()
             ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
             try:
-                source = code.encode("utf-8", "surrogatepass")
-                ours.sendall(b"%d\n" % len(source) + source + stdin)
+                ours.sendall(code.encode("utf-8", "surrogatepass"))
                 ours.shutdown(socket.SHUT_WR)
                 reply = bytearray()
                 while len(reply) < PYTHON_FILE_BYTES + 16 and (chunk := ours.recv(1 << 16)):
@@ -631,10 +636,11 @@ SCORING_THREADS = 2 * (os.cpu_count() or 1)  # solutions scored at once: the san
 # - This one is trusted: it reads the task (on stdin, never in its source, which the code could read in /tmp),
 #   runs the tests, and prints the one result line. It is not dumpable: no other process of the same user may
 #   read its memory or open its files.
-# - The solution runs in a worker: a fresh interpreter (exec'd, so none of this process's memory), whose stdout and
-#   stderr are /dev/null. The tests call `candidate`, a stand-in that sends each call's arguments to the worker,
-#   which calls the solution and sends back the return value as plain data (numbers, strings, bytes, lists,
-#   tuples, dicts, sets, None) by exact type. This process rebuilds the value and compares it here.
+# - The solution runs in a worker whose stdout and stderr are /dev/null: a copy of this process made before it read
+#   the task (the sandbox passes stdin as a descriptor, so no process holds the task before this one reads it), or
+#   after a crash a fresh interpreter. The tests call `candidate`, a stand-in that sends each call's arguments to
+#   the worker, which calls the solution and sends back the return value as plain data (numbers, strings, bytes,
+#   lists, tuples, dicts, sets, None) by exact type. This process rebuilds the value and compares it here.
 # So: exiting (sys.exit, os._exit), raising SystemExit or KeyboardInterrupt, or crashing fails the case; an object
 # whose __eq__ always says True (or a subclass of int or str) never reaches a comparison; patching builtins,
 # AssertionError or unittest changes only the worker; printing "passed" reaches /dev/null; the tests and the
@@ -644,10 +650,6 @@ SCORING_THREADS = 2 * (os.cpu_count() or 1)  # solutions scored at once: the san
 _HIDDEN_TESTS_HARNESS = r'''
 import ast, builtins, ctypes, json, os, select, signal, sys, time
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-job = json.loads(sys.stdin.buffer.read())
-sys.stdin.close()
-sys.set_int_max_str_digits(0)
-deadline = time.monotonic() + job["deadline"]
 
 CODEC = r"""
 def encode(x, depth=0):  # plain data only, by exact type: subclasses (and their __eq__) do not get through
@@ -738,25 +740,30 @@ class Failed(Exception):
 
 
 class Worker:
-    """The solution's process: a fresh interpreter that loads the solution, then calls it when asked."""
+    """The solution's process, which loads the solution and then calls it when asked: a copy of this process made
+    before the task was read (fast), or after that a fresh interpreter (exec: none of this process's memory)."""
 
-    def __init__(self):
+    def __init__(self, fresh):
         request_read, self.requests = os.pipe()
         self.replies, reply_write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             try:
-                os.dup2(request_read, 0)
+                os.dup2(request_read, 0)  # in place of stdin, which the task is read from
                 os.dup2(reply_write, 1)
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
                 os.closerange(3, 1 << 16)
-                os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", WORKER])
+                if fresh:
+                    os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", WORKER])
+                exec(WORKER, {"__name__": "__worker__"})
             finally:
                 os._exit(127)
         os.close(request_read)
         os.close(reply_write)
         os.set_blocking(self.requests, False)
-        self.buffer = b""
+        self.buffer, self.reply = b"", None
+
+    def load(self):
         self.send({key: job[key] for key in ("setup", "solution", "entry_point")})
         self.reply = self.receive()
 
@@ -794,7 +801,12 @@ class Worker:
         os.close(self.replies)
 
 
-worker, stop, case_deadline = None, None, deadline
+worker = Worker(fresh=False)  # made now, while this process holds nothing of the task
+job = json.loads(sys.stdin.buffer.read())
+sys.stdin.close()
+sys.set_int_max_str_digits(0)
+stop, deadline = None, time.monotonic() + job["deadline"]
+case_deadline = deadline
 
 
 def candidate(*args, **kwargs):
@@ -804,7 +816,9 @@ def candidate(*args, **kwargs):
         raise Failed(stop)
     try:
         if worker is None:
-            worker = Worker()
+            worker = Worker(fresh=True)
+        if worker.reply is None:
+            worker.load()
             if worker.reply[0] != "ready":
                 stop = f"the solution did not load: {worker.reply[1]}"
                 raise Failed(stop)
@@ -1009,7 +1023,8 @@ def to_tasks(rows, script_args, name: str) -> list[dict]:
     for row in rows:
         tests = row[tests_col]
         tests = "\n".join(map(str, tests)) if isinstance(tests, list) else str(tests)
-        tests = "\n".join([*map(str, row.get("test_imports") or []), tests])  # MBPP keeps imports apart
+        tests = "\n".join([*map(str, row.get("test_imports") or []), str(row.get("test_setup_code") or ""),
+                           tests])  # MBPP keeps its imports and setup apart
         prompt, reference = str(row[prompt_col]), str(row[solution_col] or "") if solution_col else ""
         try:
             entry_point = str(row[entry_col]) if entry_col else next(

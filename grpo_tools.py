@@ -318,7 +318,7 @@ _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 # waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
 # zygote never reads code itself, so nothing of one call can reach another through it.
 _SANDBOX_ZYGOTE = r"""
-import ctypes, json, os, resource, signal, socket, sys, traceback, types
+import array, ctypes, json, os, resource, signal, socket, sys, traceback, types
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
 control = socket.socket(fileno=cfg["control"])
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 1, 2, 4, 8, 32, 1024, 2048
@@ -424,23 +424,17 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
             pass
     os._exit(rc & 255)
 
-def serve(connection):  # one call, in a child of the zygote
+def serve(connection, stdin):  # one call, in a child of the zygote; `stdin`: a descriptor for the code, or None
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    chunks = []
-    while chunk := connection.recv(1 << 16):
-        chunks.append(chunk)
-    header, _, data = b"".join(chunks).partition(b"\n")  # b"<length of the code>\n" + code + what stdin reads
-    source, stdin = data[:int(header)], data[int(header):]
     if cfg["namespaces"]:
         ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
         if os.fork():
             os._exit(0)  # the child is PID 1 of the new PID namespace: when it exits, all of the call's processes die
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        # The captured output (and stdin): files without a name on a tmpfs of their own, detached before the code
-        # runs, so the code can neither open them again nor crowd the output out by filling /tmp.
-        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={cfg['output'] + len(stdin) + 2**16},nr_inodes=8,mode=700")
-        output, stdin_file = (os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
+        # The captured output: a file without a name on a tmpfs of its own, detached before the code runs, so the
+        # code can neither open it again nor crowd it out by filling /tmp.
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['output'] + 2**16},nr_inodes=8,mode=700")
+        output = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
         ok(libc.umount2(b"/tmp", MNT_DETACH), "detach the output's tmpfs")
         for path, size in (("/tmp", cfg["tmp_bytes"]), ("/dev/shm", cfg["tmp_bytes"] // 4)):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
@@ -450,20 +444,20 @@ def serve(connection):  # one call, in a child of the zygote
         os.mkdir(work, 0o700)
         if cfg["drop"]:
             os.chown(work, NOBODY, NOBODY)
-        output, stdin_file = (os.open(os.path.join(work, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-                              for name in (".output", ".stdin"))
-        for name in (".output", ".stdin"):  # files without a name: the code cannot open them again
-            os.unlink(os.path.join(work, name))
+        output = os.open(os.path.join(work, ".output"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(os.path.join(work, ".output"))  # a file without a name: the code cannot open it again
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code may not trace this process or open its files
-    os.pwrite(stdin_file, stdin, 0)
-    path = os.path.join(work, "main.py")
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    source, path = b"".join(chunks), os.path.join(work, "main.py")
     with open(path, "wb") as f:
         f.write(source)
     fd = connection.detach()
     pid = os.fork()
     if pid == 0:
         try:
-            run_code(path, source, stdin_file if stdin else None, output, work)
+            run_code(path, source, stdin, output, work)
         finally:
             os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
     timed_out = []
@@ -490,18 +484,20 @@ except Exception as e:
     sys.exit(1)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by the kernel
 while True:
-    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(4))
+    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(8))
     if not message:
         break  # the caller is gone: so is this process, and with it (PID 1 of its namespace) every call
-    for fd in [int.from_bytes(data[:4], sys.byteorder) for _, kind, data in ancillary if kind == socket.SCM_RIGHTS]:
-        try:
-            if os.fork() == 0:
-                control.close()
-                try:
-                    serve(socket.socket(fileno=fd))
-                finally:
-                    os._exit(0)
-        finally:
+    fds = [fd for _, kind, data in ancillary if kind == socket.SCM_RIGHTS
+           for fd in array.array("i", data[:len(data) - len(data) % 4])]  # the call's socket, then its stdin
+    try:
+        if fds and os.fork() == 0:
+            control.close()
+            try:
+                serve(socket.socket(fileno=fds[0]), fds[1] if len(fds) > 1 else None)
+            finally:
+                os._exit(0)
+    finally:
+        for fd in fds:
             os.close(fd)
 """
 
@@ -555,15 +551,24 @@ class _Sandbox:
         if len(stdin) > PYTHON_FILE_BYTES:
             raise ValueError(f"stdin too long ({len(stdin)} bytes, limit {PYTHON_FILE_BYTES})")
         ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
+        # stdin travels as a descriptor of an in-memory file: the sandbox's processes never hold it in their memory,
+        # so a process the code forks before reading its stdin has none of it
+        stdin_file = os.fdopen(os.memfd_create("stdin"), "w+b") if stdin else None
         with ours:
             try:
-                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+                if stdin_file:
+                    stdin_file.write(stdin)
+                    stdin_file.flush()
+                    stdin_file.seek(0)
+                fds = [theirs.fileno(), *([stdin_file.fileno()] if stdin_file else [])]
+                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             finally:
                 theirs.close()
+                if stdin_file:
+                    stdin_file.close()
             ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
             try:
-                source = code.encode("utf-8", "surrogatepass")
-                ours.sendall(b"%d\n" % len(source) + source + stdin)
+                ours.sendall(code.encode("utf-8", "surrogatepass"))
                 ours.shutdown(socket.SHUT_WR)
                 reply = bytearray()
                 while len(reply) < PYTHON_FILE_BYTES + 16 and (chunk := ours.recv(1 << 16)):

@@ -174,6 +174,10 @@ def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
     assert any("rewards/tests_passed_reward/mean" in e for e in state["log_history"])
     result = run_script([*FAST_RUN, "--max_steps", "2", "--output_dir", out], script="grpo_code.py")
     assert result.returncode != 0 and "already holds checkpoints" in result.stderr  # never overwritten
+    result = run_script([*FAST_RUN, "--max_steps", "3", "--resume_from_checkpoint", "last", "--num_eval_examples", "0",
+                         "--output_dir", out], script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3  # went on from step 2
 
 
 def test_offline_demo_learns_to_try_its_code(tmp_path):
