@@ -29,10 +29,10 @@ def test_shipped_assets_are_a_real_model_and_dataset():
 
 
 def test_assets_rebuild_identically_from_the_seed(tmp_path):
-    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=1200)
+    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=2400)
     assert result.returncode == 0, result.stderr[-3000:]
     shipped_assets = REPO / "assets"
-    for data, model in [("toy_math", "tiny-qwen-math"), ("toy_tools", "tiny-qwen-tools")]:
+    for data, model in [("toy_math", "tiny-qwen-math"), ("toy_tools", "tiny-qwen-tools"), ("toy_code", "tiny-qwen-code")]:
         for name in ("train.jsonl", "test.jsonl"):
             assert (tmp_path / data / name).read_bytes() == (shipped_assets / data / name).read_bytes()
         for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
