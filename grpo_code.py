@@ -631,7 +631,9 @@ TEST_CASE_S = 2                    # wall clock for one test case before it fail
 TESTS_DEADLINE_S = 4               # all of one solution's cases together; run_python's sandbox allows 5 s in all
 TEST_ERROR_CHARS = 200             # why a case failed, as kept in the eval files
 TEST_REPLY_BYTES = 2**20           # the largest return value the solution's process may send back
-SCORING_THREADS = 2 * (os.cpu_count() or 1)  # solutions scored at once: the sandbox runs them in parallel
+# Solutions scored at once: the sandbox runs them in parallel. Each takes 2 of the PYTHON_MAX_PROCESSES that all
+# calls share, so at most 16 at once leaves room for the solutions' own processes.
+SCORING_THREADS = min(16, 2 * (os.cpu_count() or 1))
 
 # Why this harness cannot be fooled by the code it tests. It runs as one sandboxed program with two processes:
 # - This one is trusted: it reads the task (on stdin, never in its source, which the code could read in /tmp),
@@ -747,7 +749,14 @@ class Worker:
     def __init__(self, fresh):
         request_read, self.requests = os.pipe()
         self.replies, reply_write = os.pipe()
-        self.pid = os.fork()
+        for wait in range(50):  # the sandbox's process limit is shared: another call's fork bomb may hold it a while
+            try:
+                self.pid = os.fork()
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+        else:
+            raise Failed("no process slot for the solution (the sandbox's process limit)")
         if self.pid == 0:
             try:
                 os.dup2(request_read, 0)  # in place of stdin, which the task is read from
@@ -802,7 +811,10 @@ class Worker:
         os.close(self.replies)
 
 
-worker = Worker(fresh=False)  # made now, while this process holds nothing of the task
+try:
+    worker = Worker(fresh=False)  # made now, while this process holds nothing of the task
+except Failed:
+    worker = None  # no process slot yet: a fresh one is made when the tests first call the solution
 job = json.loads(sys.stdin.buffer.read())
 sys.stdin.close()
 sys.set_int_max_str_digits(0)

@@ -223,3 +223,21 @@ def test_solutions_run_contained():
              f"        online = True\n    except OSError:\n        online = False\n"
              f"    return [os.path.exists({str(REPO)!r}), online]\n")
     assert hidden_tests(task, probe)["passed"] == [True]
+
+
+def test_a_fork_bomb_does_not_fail_honest_solutions_scored_beside_it():
+    """All calls share the sandbox's process limit: while a fork bomb holds it, an honest solution waits for a slot
+    instead of failing."""
+    import threading
+    import time
+
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    bombed = {}
+    thread = threading.Thread(target=lambda: bombed.update(hidden_tests(ADD, bomb)))
+    thread.start()
+    time.sleep(0.5)  # the bomb now holds every process slot, until its load times out
+    honest = gc.run_hidden_tests_batch(["def add(a, b):\n    return a + b\n"] * 4, [ADD["test"]] * 4, ["add"] * 4,
+                                       [ADD["prompt"]] * 4)
+    thread.join()
+    assert bombed["passed"] == [False, False, False] and "timed out" in bombed["errors"][0]
+    assert [r["passed"] for r in honest] == [[True, True, True]] * 4, honest
