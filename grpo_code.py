@@ -990,10 +990,11 @@ def read_dataset(name: str, config):
 
     path = Path(name)
     try:
-        if path.is_file():  # a single local file: its format comes from the extension
-            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
             if builder is None:
-                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file")
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
             return load_dataset(builder, data_files=str(path))
         return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
     except (ConnectionError, FileNotFoundError, OSError) as error:
@@ -1093,8 +1094,9 @@ def load_data(script_args, tokenizer, seed):
     train = split_of(dataset, script_args.dataset_train_split or default_split, name, "--dataset_train_split")
     eval_name = script_args.eval_dataset_name
     if eval_name and eval_name.lower() != "none":
-        test = split_of(read_dataset(eval_name, script_args.eval_dataset_config), script_args.dataset_test_split,
-                        eval_name, "--dataset_test_split")
+        tasks = read_dataset(eval_name, script_args.eval_dataset_config)
+        split = next(iter(tasks)) if len(tasks) == 1 else script_args.dataset_test_split  # one file: its only split
+        test = split_of(tasks, split, eval_name, "--dataset_test_split")
     elif script_args.dataset_test_split in dataset:
         eval_name, test = name, dataset[script_args.dataset_test_split]
     else:  # hold some training tasks out for evaluation
@@ -1758,6 +1760,7 @@ def main(argv=None):
     def report(results):  # the run's facts beside the scores, written by the main process
         if main_process:
             results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
+                           eval_dataset=script_args.eval_dataset_name,
                            num_processes=trainer.accelerator.num_processes,
                            wall_time_seconds=round(time.time() - started, 1))
             (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))

@@ -113,6 +113,24 @@ def test_tasks_in_every_layout(tmp_path):
     assert gc.check_tasks([task], "mbpp") == [task]
 
 
+def test_eval_only_on_real_humaneval(tmp_path):
+    """The default evaluation set through the same code path, from the file OpenAI distributes: every task loads,
+    every reference passes its tests at load time, and each rollout is scored by them."""
+    out = tmp_path / "eval"
+    humaneval = REPO / "tests" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+    result = run_script([*FAST_RUN, "--eval_dataset_name", humaneval, "--num_eval_examples", "164",
+                         "--eval_batch_size", "82", "--max_prompt_tokens", "100000", "--eval_only", "--output_dir", out],
+                        script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dropped" not in result.stdout  # all 164 references pass
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert evaluation["eval_only"]["num_examples"] == 164 and evaluation["eval_dataset"] == str(humaneval)
+    rows = [json.loads(line) for line in (out / "eval_only.jsonl").read_text().splitlines()]
+    assert rows[0]["prompt"][1]["content"].startswith("Complete this Python function:\n```python\nfrom typing import")
+    assert all(len(row["completions"][0]["tests"]["passed"]) or row["completions"][0]["parsed_answer"] is None
+               for row in rows)
+
+
 def test_a_task_whose_reference_fails_is_reported_and_dropped(tmp_path):
     rows = [json.loads(line) for line in (TOY_CODE_DATA / "test.jsonl").read_text().splitlines()[:20]]
     rows[3]["canonical_solution"] = "    return None\n"
