@@ -281,6 +281,35 @@ def assistant_labels(tokenizer, text: str) -> tuple[list[int], list[int]]:
     return encoding["input_ids"], labels
 
 
+def unique_problems(rng: random.Random, make, key: str, n_test: int, n_total: int) -> tuple[list, list]:
+    """(train, test): n_total problems with distinct `key`, the first n_test of them held out."""
+    seen, train, test = set(), [], []
+    while len(train) + len(test) < n_total:
+        problem = make(rng)
+        if problem[key] not in seen:
+            seen.add(problem[key])
+            (test if len(test) < n_test else train).append(problem)
+    return train, test
+
+
+def warm_started_tool_model(model_dir: Path, conversations: list, tools: list, warm_steps: int, hidden: int,
+                            layers: int, lr: float, seed: int):
+    """A tokenizer trained on the conversations as the model will read them (tool descriptions included), and a
+    tiny Qwen2 trained on the assistant's tokens of them, saved to model_dir."""
+    stand_in = make_tokenizer(["x"], vocab_size=300)  # renders the text the real tokenizer is then trained on
+    texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
+    shutil.rmtree(model_dir, ignore_errors=True)
+    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
+    print(f"{model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
+          f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
+    examples = [assistant_labels(tokenizer, text) for text in texts]
+    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
+    save_model(model, tokenizer, model_dir)
+
+
 def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float):
     sys.path.insert(0, str(HERE.parent))
     import grpo_tools  # the system prompt and tool descriptions must be exactly what training shows
@@ -289,30 +318,11 @@ def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
     env.reset()
     tools = grpo_tools.tools_of(env)
     rng = random.Random(seed)
-    seen, train, test = set(), [], []
-    while len(train) + len(test) < 4200:
-        problem = make_tools_problem(rng)
-        if problem["question"] not in seen:
-            seen.add(problem["question"])
-            (test if len(test) < 200 else train).append(problem)
+    train, test = unique_problems(rng, make_tools_problem, "question", n_test=200, n_total=4200)
     data_dir = write_dataset(out / "toy_tools", train, test)
-
-    # Render with a stand-in tokenizer first: the BPE is trained on what the model will read.
-    stand_in = make_tokenizer(["x"], vocab_size=300)
     conversations = [tools_conversation(p, grpo_tools.SYSTEM_PROMPT, rng, teacher_error) for p in train]
-    texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
-    model_dir = out / "tiny-qwen-tools"
-    shutil.rmtree(model_dir, ignore_errors=True)
-    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-
-    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
-    print(f"tiny tool model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
-          f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
-    examples = [assistant_labels(tokenizer, text) for text in texts]
-    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
-    save_model(model, tokenizer, model_dir)
-    print(f"wrote {data_dir} and {model_dir}")
+    warm_started_tool_model(out / "tiny-qwen-tools", conversations, tools, warm_steps, hidden, layers, lr, seed)
+    print(f"wrote {data_dir} and {out / 'tiny-qwen-tools'}")
 
 
 # ---- the coding demo (grpo_code.py) -----------------------------------------------------------
@@ -374,12 +384,7 @@ def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
     env.reset()
     tools = grpo_code.tools_of(env)
     rng = random.Random(seed)
-    seen, train, test = set(), [], []
-    while len(train) + len(test) < 700:
-        task = make_code_task(rng)
-        if task["prompt"] not in seen:
-            seen.add(task["prompt"])
-            (test if len(test) < 100 else train).append(task)
+    train, test = unique_problems(rng, make_code_task, "prompt", n_test=100, n_total=700)
     data_dir = out / "toy_code"
     data_dir.mkdir(parents=True, exist_ok=True)
     for split, rows in [("train", train), ("test", test)]:
@@ -388,22 +393,10 @@ def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
                 f.write(json.dumps({k: row[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution",
                                                         "test")}) + "\n")
 
-    stand_in = make_tokenizer(["x"], vocab_size=300)
     # Every task several times over, each with its own draw of the teacher's habits
     conversations = [code_conversation(t, grpo_code, rng, teacher_error, try_rate) for t in train * 4]
-    texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
-    model_dir = out / "tiny-qwen-code"
-    shutil.rmtree(model_dir, ignore_errors=True)
-    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-
-    model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
-    print(f"tiny code model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
-          f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
-    examples = [assistant_labels(tokenizer, text) for text in texts]
-    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
-    save_model(model, tokenizer, model_dir)
-    print(f"wrote {data_dir} and {model_dir}")
+    warm_started_tool_model(out / "tiny-qwen-code", conversations, tools, warm_steps, hidden, layers, lr, seed)
+    print(f"wrote {data_dir} and {out / 'tiny-qwen-code'}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Both scripts under two processes on CPU (torchrun: gloo, as `accelerate launch` does on GPUs).
+"""The scripts under two processes on CPU (torchrun: gloo, as `accelerate launch` does on GPUs).
 
 Each rank generates 4 completions per step and GRPO groups 8 completions per prompt, so a step
 exists only if both ranks take part: one process alone refuses these settings. Evaluation is
@@ -18,6 +18,9 @@ SETTINGS = {
     "grpo_math.py": ["--model_name_or_path", TINY_MODEL, "--dataset_name", TOY_DATA, "--max_completion_length", "40"],
     "grpo_tools.py": ["--model_name_or_path", REPO / "assets" / "tiny-qwen-tools",
                       "--dataset_name", REPO / "assets" / "toy_tools", "--max_completion_length", "96"],
+    "grpo_code.py": ["--model_name_or_path", REPO / "assets" / "tiny-qwen-code", "--dataset_name",
+                     REPO / "assets" / "toy_code", "--eval_dataset_name", "none", "--max_completion_length", "128",
+                     "--max_tool_calling_iterations", "2"],
 }
 COMMON = ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--num_generations", "8",
           "--learning_rate", "2e-4", "--warmup_steps", "0", "--gradient_checkpointing", "false",
@@ -31,7 +34,7 @@ def torchrun(script, args, timeout=600):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=offline_env(), cwd=REPO)
 
 
-@pytest.mark.parametrize("script", ["grpo_math.py", "grpo_tools.py"])
+@pytest.mark.parametrize("script", sorted(SETTINGS))
 def test_two_processes_train_and_evaluate_together(script, tmp_path):
     args = [*SETTINGS[script], *COMMON]
     result = torchrun(script, [*args, "--output_dir", tmp_path / "two"])
