@@ -650,6 +650,8 @@ SCORING_THREADS = min(16, 2 * (os.cpu_count() or 1))
 # expected values are never in the worker, its files or its memory, and a caller's frame holds only the arguments.
 # A case that runs out of time fails, and the cases after it are skipped (failed): a slow solution costs one
 # time-out, not one per case. Killing or stopping this process leaves no result line: every case fails.
+# What it cannot do: show the tests a solution's changes to its arguments (they see copies), or compare anything but
+# plain data. A task that needs either fails its own reference solution at load time and is dropped, said so.
 _HIDDEN_TESTS_HARNESS = r'''
 import ast, builtins, ctypes, json, os, select, signal, sys, time
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
