@@ -1018,11 +1018,15 @@ def split_of(dataset, split: str, name: str, flag: str):
     return concatenate_datasets([dataset[part] for part in split.split("+")])
 
 
-def to_tasks(rows, script_args, name: str) -> list[dict]:
-    """Rows of any supported layout -> {prompt, tests, entry_point, setup, answer (the reference, or '')}."""
+def to_tasks(rows, script_args, name: str, flags_must_match: bool = True) -> list[dict]:
+    """Rows of any supported layout -> {prompt, tests, entry_point, setup, answer (the reference, or '')}. The column
+    flags name the training data's columns; a separate evaluation set (flags_must_match=False) uses a flag only
+    where it has that column, and finds the others by name (HumanEval's, by default)."""
     columns = rows.column_names
 
     def column(flag, chosen, defaults, required=True):
+        if chosen is not None and chosen not in columns and not flags_must_match:
+            chosen = None
         if chosen is not None and chosen not in columns:
             raise RecipeError(f"dataset '{name}' has no column '{chosen}' (it has {columns}): pass --{flag} NAME")
         found = chosen or next((c for c in defaults if c in columns), None)
@@ -1086,6 +1090,15 @@ def check_tasks(tasks: list[dict], name: str) -> list[dict]:
     return kept
 
 
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 def load_data(script_args, tokenizer, seed):
     """(train, eval) datasets of chat prompts with the columns the rewards read."""
     from datasets import Dataset
@@ -1102,10 +1115,8 @@ def load_data(script_args, tokenizer, seed):
     elif script_args.dataset_test_split in dataset:
         eval_name, test = name, dataset[script_args.dataset_test_split]
     else:  # hold some training tasks out for evaluation
-        held_out = min(script_args.num_eval_examples, len(train) // 2)  # never more than half the tasks
-        split = train.train_test_split(test_size=held_out, seed=seed) if held_out else {"train": train,
-                                                                                        "test": train.select([])}
-        eval_name, train, test = name, split["train"], split["test"]
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
+        eval_name = name
     test = test.select(range(min(script_args.num_eval_examples, len(test))))
 
     def fits(row):
@@ -1115,7 +1126,7 @@ def load_data(script_args, tokenizer, seed):
 
     splits = []
     for rows, source in ((train, name), (test, eval_name)):
-        tasks = check_tasks(to_tasks(rows, script_args, source), source)
+        tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
         for task in tasks:
             task["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
                               {"role": "user", "content": task_message(**{k: task[k] for k in

@@ -211,6 +211,15 @@ DEMO_SETTINGS = dict(
 # =====================================================================================
 # DATA: questions become chat prompts; the answer column is kept for the rewards.
 # =====================================================================================
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 def load_data(script_args, tokenizer, seed):
     from datasets import load_dataset
 
@@ -244,10 +253,7 @@ def load_data(script_args, tokenizer, seed):
     if script_args.dataset_test_split in dataset:
         test = dataset[script_args.dataset_test_split]
     else:  # hold some training rows out for evaluation
-        held_out = min(script_args.num_eval_examples, len(train) // 2)  # never more than half the rows
-        split = train.train_test_split(test_size=held_out, seed=seed) if held_out else {"train": train,
-                                                                                        "test": train.select([])}
-        train, test = split["train"], split["test"]
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
 
     def to_prompt(row):
         return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},

@@ -131,6 +131,33 @@ def test_eval_only_on_real_humaneval(tmp_path):
                for row in rows)
 
 
+def test_column_flags_name_the_training_sets_columns(tmp_path):
+    """Custom training columns, the default evaluation set: the flags apply where the columns exist."""
+    rows = [json.loads(line) for line in (TOY_CODE_DATA / "train.jsonl").read_text().splitlines()[:20]]
+    data = dataset_file(tmp_path, [{("hidden_tests" if k == "test" else k): v for k, v in row.items()} for row in rows])
+    humaneval = REPO / "tests" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+    out = tmp_path / "eval"
+    result = run_script([*FAST_RUN, "--dataset_name", data, "--tests_column", "hidden_tests", "--eval_dataset_name",
+                         humaneval, "--num_eval_examples", "4", "--max_prompt_tokens", "100000", "--eval_only",
+                         "--output_dir", out], script="grpo_code.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "eval.json").read_text())["eval_only"]["num_examples"] == 4
+
+
+@pytest.mark.parametrize("script", ["grpo_math", "grpo_tools", "grpo_code"])
+def test_hold_out_never_takes_more_than_half(script):
+    import importlib
+
+    from datasets import Dataset
+
+    hold_out = importlib.import_module(script).hold_out
+    rows = Dataset.from_dict({"x": list(range(6))})
+    for size, expected in [(200, (3, 3)), (2, (4, 2)), (0, (6, 0))]:
+        train, test = hold_out(rows, size, seed=0)
+        assert (len(train), len(test)) == expected
+        assert sorted([*train["x"], *test["x"]]) == list(range(6))
+
+
 def test_a_task_whose_reference_fails_is_reported_and_dropped(tmp_path):
     rows = [json.loads(line) for line in (TOY_CODE_DATA / "test.jsonl").read_text().splitlines()[:20]]
     rows[3]["canonical_solution"] = "    return None\n"
