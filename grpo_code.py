@@ -1424,13 +1424,17 @@ def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
             gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as generator:
         for start in range(0, len(my_rows), batch_size):
             batch_rows = my_rows[start:start + batch_size]
-            prompts = dataset.select(batch_rows)["prompt"]
+            batch = dataset.select(batch_rows)
+            prompts = batch["prompt"]
             found = [[] for _ in batch_rows]
             for sample, copies in ((False, 1), (True, num_samples)) if num_samples else ((False, 1),):
                 conversations = [list(prompt) for prompt in prompts for _ in range(copies)]
                 envs = [ToolEnvironment() for _ in conversations]
-                for env in envs:
-                    env.reset()
+                for i, env in enumerate(envs):  # as in training: reset with the row; text it returns ends the prompt
+                    observation = env.reset(**batch[i // copies])
+                    if isinstance(observation, str):
+                        conversations[i][-1] = {**conversations[i][-1],
+                                                "content": conversations[i][-1]["content"] + observation}
                 active = list(range(len(conversations)))
                 for round_number in range(max_rounds + 1):
                     asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step

@@ -4,8 +4,8 @@
     python assets/make_demo_assets.py --demo tools    # only toy_tools/ and tiny-qwen-tools/
     python assets/make_demo_assets.py --out /tmp/demo --seed 1
 
-grpo_math.py and grpo_tools.py fall back to these when there is no CUDA GPU and no model was
-chosen, so that a laptop with no GPU and no network can watch GRPO learn in a few minutes.
+The scripts fall back to these when there is no CUDA GPU and no model was chosen, so that a
+laptop with no GPU and no network can watch GRPO learn in a few minutes.
 Everything here is deterministic given --seed (same machine, same library versions).
 
 The math demo (assets/toy_math/, assets/tiny-qwen-math/):
@@ -41,6 +41,18 @@ The coding demo (assets/toy_code/, assets/tiny-qwen-code/):
    example, reads the output and ends with correct code; otherwise it hands in the first attempt.
    Greedy, the model mostly skips the run and hands in the off-by-one; GRPO, paid by the hidden
    tests, learns to try the code first.
+
+The search demo (assets/toy_search/, assets/tiny-qwen-search/):
+1. Toy data: 300 made-up scholars, one short document each ("Scholar 318 was born in Dunmoor. The
+   mentor of Scholar 318 was Scholar 742.", in corpus.jsonl), and one two-hop question per scholar
+   ("Where was the mentor of Scholar 318 born?": 250 to train on, 50 held out), with both
+   documents as supporting ones. Names are numbers: digits are what a tiny model can copy.
+2. Tokenizer and model as above, trained on whole conversations rendered with grpo_search.py's own
+   system prompt and tool descriptions, the tool results made by its own search index.
+3. Warm start: a sloppy teacher again. It always searches the scholar first; in 60% of its
+   conversations it then answers with the scholar's own town (the answer a snippet offers without the
+   second hop), otherwise it searches the mentor and answers with the mentor's town. Greedy, the
+   model mostly stops after one search; GRPO, paid for the right town, learns to chain the two.
 """
 
 import argparse
@@ -293,13 +305,13 @@ def unique_problems(rng: random.Random, make, key: str, n_test: int, n_total: in
 
 
 def warm_started_tool_model(model_dir: Path, conversations: list, tools: list, warm_steps: int, hidden: int,
-                            layers: int, lr: float, seed: int):
+                            layers: int, lr: float, seed: int, vocab_size: int = 800):
     """A tokenizer trained on the conversations as the model will read them (tool descriptions included), and a
     tiny Qwen2 trained on the assistant's tokens of them, saved to model_dir."""
     stand_in = make_tokenizer(["x"], vocab_size=300)  # renders the text the real tokenizer is then trained on
     texts = [stand_in.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations]
     shutil.rmtree(model_dir, ignore_errors=True)
-    make_tokenizer(texts, vocab_size=800).save_pretrained(model_dir)
+    make_tokenizer(texts, vocab_size=vocab_size).save_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
     model = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
@@ -399,6 +411,81 @@ def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
     print(f"wrote {data_dir} and {out / 'tiny-qwen-code'}")
 
 
+
+# ---- the search demo (grpo_search.py) ---------------------------------------------------------
+TOWNS = ["Ardmore", "Belhaven", "Corran", "Dunmoor", "Elmsford", "Fairlight", "Glenrock", "Harrow", "Kestrel",
+         "Larchmont", "Millbrook", "Northwick"]
+SEARCH_QUESTIONS = ["Where was the mentor of {name} born?", "In which town was the mentor of {name} born?"]
+
+
+def make_search_world(rng: random.Random, n_people: int) -> list[dict]:
+    """Made-up scholars, each with a home town and a mentor born somewhere else: one short document each. A
+    scholar's name is a number ("Scholar 318"): a 0.1M-parameter model copies digits from the question or a search
+    result into its next query, where it cannot copy one of hundreds of made-up names."""
+    names = [f"Scholar {n}" for n in rng.sample(range(100, 1000), n_people)]
+    towns = {name: rng.choice(TOWNS) for name in names}
+    people = []
+    for name in names:
+        mentor = rng.choice([m for m in names if m != name and towns[m] != towns[name]])
+        people.append({"name": name, "town": towns[name], "mentor": mentor})
+    return people
+
+
+def search_conversation(person: dict, towns: dict, env, system_prompt: str, rng: random.Random,
+                        teacher_error: float) -> list:
+    """A warm-start conversation: search the person, then (or not: the sloppy teacher) search the mentor."""
+    def search(query):
+        call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
+        return [{"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "name": "search", "content": env.search(query)}]
+
+    question = rng.choice(SEARCH_QUESTIONS).format(name=person["name"])
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+    env.reset(supporting_docs=[person["name"], person["mentor"]])
+    messages += search(person["name"])
+    if rng.random() < teacher_error:  # answers from the first result: the person's own town, not the mentor's
+        return messages + [{"role": "assistant", "content": f"<answer>{person['town']}</answer>"}]
+    messages += search(person["mentor"])
+    return messages + [{"role": "assistant", "content": f"<answer>{towns[person['mentor']]}</answer>"}]
+
+
+def build_search(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float):
+    sys.path.insert(0, str(HERE.parent))
+    import tempfile
+
+    import grpo_search  # the system prompt, tool descriptions and tool results must be exactly what training shows
+
+    rng = random.Random(seed)
+    people = make_search_world(rng, n_people=300)
+    towns = {p["name"]: p["town"] for p in people}
+    corpus = [{"id": p["name"], "title": p["name"],
+               "text": f"{p['name']} was born in {p['town']}. The mentor of {p['name']} was {p['mentor']}."}
+              for p in people]
+    test, train = people[:50], people[50:]  # questions about these scholars; every document is in the corpus
+    data_dir = out / "toy_search"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in [("train", train), ("test", test)]:
+        with open(data_dir / f"{split}.jsonl", "w") as f:
+            for p in rows:
+                f.write(json.dumps({"question": rng.choice(SEARCH_QUESTIONS).format(name=p["name"]),
+                                    "answer": towns[p["mentor"]], "supporting_docs": [p["name"], p["mentor"]]}) + "\n")
+    with open(data_dir / "corpus.jsonl", "w") as f:
+        for doc in corpus:
+            f.write(json.dumps(doc) + "\n")
+
+    env = grpo_search.ToolEnvironment()
+    env.index = grpo_search.SearchIndex(corpus, Path(tempfile.mkdtemp()))
+    env.top_k, env.budget = grpo_search.DEMO_SETTINGS["search_top_k"], grpo_search.DEMO_SETTINGS["search_budget"]
+    env.reset()
+    tools = grpo_search.tools_of(env)
+    conversations = [search_conversation(p, towns, env, grpo_search.SYSTEM_PROMPT, rng, teacher_error)
+                     for p in train * 5]
+    # A larger vocabulary than the other demos': every town and word becomes one token (digits stay one each)
+    warm_started_tool_model(out / "tiny-qwen-search", conversations, tools, warm_steps, hidden, layers, lr, seed,
+                            vocab_size=2000)
+    print(f"wrote {data_dir} and {out / 'tiny-qwen-search'}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write the assets into")
@@ -408,7 +495,7 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
-    parser.add_argument("--demo", choices=["math", "tools", "code", "all"], default="all")
+    parser.add_argument("--demo", choices=["math", "tools", "code", "search", "all"], default="all")
     parser.add_argument("--code_warm_steps", type=int, default=800)
     parser.add_argument("--code_teacher_error", type=float, default=0.6,
                         help="share of the coding teacher's first attempts with a constant one too high")
@@ -419,6 +506,11 @@ if __name__ == "__main__":
                         help="share of tool warm-start conversations that skip the calculator and guess")
     parser.add_argument("--teacher_error", type=float, default=0.6,
                         help="share of warm-start answers whose result is one too high")
+    parser.add_argument("--search_warm_steps", type=int, default=700)
+    parser.add_argument("--search_teacher_error", type=float, default=0.6,
+                        help="share of search conversations that answer after the first search, with the wrong town")
+    parser.add_argument("--search_hidden", type=int, default=64)
+    parser.add_argument("--search_layers", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(min(torch.get_num_threads(), 2))
     if args.demo in ("math", "all"):
@@ -430,3 +522,6 @@ if __name__ == "__main__":
     if args.demo in ("code", "all"):
         build_code(args.out, args.seed, args.code_warm_steps, args.hidden, args.layers, args.lr,
                    args.code_teacher_error, args.code_try_rate)
+    if args.demo in ("search", "all"):
+        build_search(args.out, args.seed, args.search_warm_steps, args.search_hidden, args.search_layers, args.lr,
+                     args.search_teacher_error)

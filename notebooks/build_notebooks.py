@@ -27,6 +27,7 @@ NOTEBOOKS = [
     ("grpo_math.py", "GRPO on GSM8K-style math", True),
     ("grpo_tools.py", "GRPO with tools", True),
     ("grpo_code.py", "GRPO for code: write it, run it, fix it", True),
+    ("grpo_search.py", "GRPO for search: a research agent with turn-level credit", True),
     ("notebooks/rewards_playground.py", "Rewards playground", False),
 ]
 

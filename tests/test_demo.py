@@ -28,20 +28,25 @@ def test_shipped_assets_are_a_real_model_and_dataset():
     assert all("####" in row["answer"] for row in train + test)
 
 
-def test_assets_rebuild_identically_from_the_seed(tmp_path):
-    result = run_script(["--out", tmp_path], script="assets/make_demo_assets.py", timeout=2400)
+@pytest.mark.parametrize("demo, data, model, files", [
+    ("math", "toy_math", "tiny-qwen-math", ["train.jsonl", "test.jsonl"]),
+    ("tools", "toy_tools", "tiny-qwen-tools", ["train.jsonl", "test.jsonl"]),
+    ("code", "toy_code", "tiny-qwen-code", ["train.jsonl", "test.jsonl"]),
+    ("search", "toy_search", "tiny-qwen-search", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
+])
+def test_assets_rebuild_identically_from_the_seed(tmp_path, demo, data, model, files):
+    result = run_script(["--demo", demo, "--out", tmp_path], script="assets/make_demo_assets.py", timeout=2400)
     assert result.returncode == 0, result.stderr[-3000:]
     shipped_assets = REPO / "assets"
-    for data, model in [("toy_math", "tiny-qwen-math"), ("toy_tools", "tiny-qwen-tools"), ("toy_code", "tiny-qwen-code")]:
-        for name in ("train.jsonl", "test.jsonl"):
-            assert (tmp_path / data / name).read_bytes() == (shipped_assets / data / name).read_bytes()
-        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
-            assert (tmp_path / model / name).read_text() == (shipped_assets / model / name).read_text(), name
-        rebuilt = load_file(tmp_path / model / "model.safetensors")
-        shipped = load_file(shipped_assets / model / "model.safetensors")
-        assert rebuilt.keys() == shipped.keys()
-        for key in shipped:  # the same training run; allow for float round-off between CPUs
-            assert torch.allclose(rebuilt[key], shipped[key], atol=1e-3), key
+    for name in files:
+        assert (tmp_path / data / name).read_bytes() == (shipped_assets / data / name).read_bytes()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+        assert (tmp_path / model / name).read_text() == (shipped_assets / model / name).read_text(), name
+    rebuilt = load_file(tmp_path / model / "model.safetensors")
+    shipped = load_file(shipped_assets / model / "model.safetensors")
+    assert rebuilt.keys() == shipped.keys()
+    for key in shipped:  # the same training run; allow for float round-off between CPUs
+        assert torch.allclose(rebuilt[key], shipped[key], atol=1e-3), key
 
 
 def test_offline_demo_learns(tmp_path):

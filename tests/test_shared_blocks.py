@@ -7,7 +7,7 @@ import ast
 import pytest
 from conftest import REPO
 
-SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py"]
+SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py"]
 
 PER_SCRIPT = {
     "SYSTEM_PROMPT", "DEFAULT_MODEL", "DEFAULT_DATASET", "DEMO_SETTINGS",  # each recipe's task, model and data

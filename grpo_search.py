@@ -1,0 +1,1389 @@
+# %% [markdown]
+# ## Imports
+# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
+# %%
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "torch>=2.4",
+#     "transformers>=5.2",
+#     "trl>=1.16",
+#     "datasets>=4.7",
+#     "peft>=0.17",
+#     "accelerate>=1.10",
+#     "bm25s>=0.3.12",
+#     "matplotlib>=3.8",
+#     "pyyaml>=6.0",
+# ]
+# ///
+"""Deep-research GRPO in one file: a small model searches a corpus over several turns, reads what it
+found, searches again, and answers multi-hop questions; with credit for the turns that got it closer.
+
+Each rollout is a conversation. The model calls `search(query)` (BM25 over a local corpus: ids,
+titles and short snippets) and `open(doc_id, page)` (one page of a document), over as many turns as it
+needs, and ends with <answer>...</answer>. The questions are multi-hop (HotpotQA): the second search
+needs what the first one found. The rubric pays exact match of the answer (HotpotQA's official
+normalisation), a smaller F1 term and a format term, charges for searching past a budget, and credits
+each search that brought in a supporting document not seen before. With --turn_credit, that credit
+goes to the turn that earned it: the tokens of each assistant turn get the rollout's advantage plus
+that turn's own group-normalised reward (the idea of MT-GRPO), not one advantage for the whole rollout.
+
+Run it
+    python grpo_search.py                                  # no GPU: offline demo on a tiny model (~4 min)
+    python grpo_search.py --turn_credit                    # the same, with turn-level credit
+    python grpo_search.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on HotpotQA
+    python grpo_search.py --use_peft --learning_rate 2e-5  # LoRA
+    python grpo_search.py --dataset_name questions.jsonl --corpus_name docs.jsonl   # your own data
+    python grpo_search.py --config my_run.yaml             # any flag, from a YAML file
+    accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_search.py
+        # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
+    torchrun --nproc_per_node 2 grpo_search.py             # two processes on CPU: tries the launch path
+    python grpo_search.py --eval_only --eval_num_samples 8 # no training: will GRPO learn anything?
+    python grpo_search.py --help                           # every flag
+From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps", "10"])`.
+
+What to expect
+    CPU demo (measured, 2 cores): made-up scholars, each with a home town and a mentor; "Where was
+    the mentor of Scholar 318 born?" needs two searches. The tiny model imitated a sloppy teacher that
+    often answers after the first search with the scholar's own town. README.md has the figures
+    before and after training, with and without --turn_credit.
+    GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two
+    searches; a few hundred steps on HotpotQA raise exact match by a few points.
+Outputs, in --output_dir: checkpoints, the final model, eval.json (exact match, F1, supporting
+documents found, searches per question, before and after training), training_curves.png, the run
+monitor's warnings in eval.json, and every evaluated rollout in eval_*.jsonl.
+
+How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one
+optimisation step per generation batch, a weighted rubric, tool results masked out of the loss);
+with --turn_credit, advantages are per token (per turn) instead of per rollout.
+
+Model support: TRL drives tool calls only for chat templates it recognises (Qwen2.5, Qwen3,
+Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
+"""
+
+import functools
+import glob
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import string
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.models import unwrap_model_for_generation
+
+
+def arg(default, help):
+    """A config field whose comment is also its --help text."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+# %% [markdown]
+# ## Config
+# The system prompt the model must follow, the model to train and the data: change `DEFAULT_MODEL` to train another
+# one (its chat template must be one TRL can drive tool calls with).
+# %%
+# =====================================================================================
+# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
+# YAML file (--config file.yaml) and an argument of main([...]) from Python.
+# =====================================================================================
+SYSTEM_PROMPT = """Answer the question using the tools: search finds documents, open reads one. Search again with what you find until you know the answer. End with <answer>short answer</answer>."""
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
+DEFAULT_DATASET = ("hotpotqa/hotpot_qa", "distractor")  # multi-hop questions; the corpus is their own paragraphs
+
+
+# %% [markdown]
+# Data, search, test and evaluation settings, each also a flag of `main([...])`, e.g.
+# `main(["--search_top_k", "3"])`.
+# %%
+@dataclass
+class ScriptArguments:
+    dataset_name: str = arg(None, "Questions: a Hub dataset id, or a local .json/.jsonl/.parquet file or folder. "
+                                  "Default: HotpotQA, distractor setting (the toy questions in assets/ for the "
+                                  "offline demo).")
+    dataset_config: str = arg(None, "Dataset configuration, e.g. 'distractor' for HotpotQA.")
+    dataset_train_split: str = arg("train", "Split(s) to train on, joined with '+'.")
+    dataset_test_split: str = arg(None, "Split to evaluate on. Default: 'validation' (HotpotQA's), else 'test'; "
+                                        "without either, held-out training questions.")
+    corpus_name: str = arg(None, "Documents to search: a .jsonl/.json/.parquet file or a Hub id, with an id (or "
+                                 "title) and a text column. Default: the questions' own paragraphs (HotpotQA's "
+                                 "context column), from every split used.")
+    question_column: str = arg("question", "Column with the question.")
+    answer_column: str = arg("answer", "Column with the gold answer: a string, or a list of accepted answers.")
+    supporting_column: str = arg(None, "Column with the ids of the documents the answer rests on, for the search "
+                                       "credit and the metrics. Default: 'supporting_docs', else HotpotQA's "
+                                       "'supporting_facts'; without one there is no search credit.")
+    search_top_k: int = arg(5, "Results per search.")
+    snippet_chars: int = arg(200, "Characters of each result's text that search shows.")
+    page_chars: int = arg(1000, "Characters per page that open shows; long documents never flood the context.")
+    search_budget: int = arg(4, "Tool calls per question before search_budget_penalty starts to cost.")
+    turn_credit: bool = arg(False, "Turn-level credit (MT-GRPO): each assistant turn's tokens get the rollout's "
+                                   "advantage plus that turn's own group-normalised search credit.")
+    turn_credit_weight: float = arg(1.0, "Weight of the turn's own advantage with --turn_credit.")
+    max_prompt_tokens: int = arg(1024, "Prompts longer than this (tool descriptions included) are dropped.")
+    num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
+    eval_batch_size: int = arg(32, "Questions per generate() call during evaluation.")
+    print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
+    eval_only: bool = arg(False, "Evaluate --model_name_or_path (a Hub id, a folder, a checkpoint, a PEFT adapter "
+                                 "folder) on the held-out questions and write eval.json; no training.")
+    eval_num_samples: int = arg(1, "1 = greedy only. N > 1: also sample N rollouts per question at the training "
+                                   "temperature for pass@1, pass@N and the signal report (before training).")
+    mid_eval_steps: int = arg(0, "Every this many steps, greedy exact match on --num_mid_eval_examples held-out "
+                                 "questions, logged and plotted as eval/accuracy (0 = off).")
+    num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
+    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
+
+
+# %% [markdown]
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included; change one here, or
+# pass it as a flag.
+# %%
+@dataclass
+class RecipeConfig(GRPOConfig):
+    """TRL's GRPOConfig with this recipe's defaults. Every other GRPOConfig field is a flag too."""
+
+    output_dir: str = arg(None, "Where checkpoints, eval.json and plots go. Default: outputs/grpo_search/<time>.")
+    learning_rate: float = arg(5e-6, "Full fine-tuning of a 0.5B model; with --use_peft try 2e-5.")
+    lr_scheduler_type: str = arg("cosine", "Learning-rate schedule.")
+    warmup_steps: int = arg(10, "Linear warm-up steps.")
+    max_grad_norm: float = arg(0.1, "Aggressive clipping keeps early, noisy RL updates small.")
+    per_device_train_batch_size: int = arg(8, "Rollouts per device per step (not prompts).")
+    gradient_accumulation_steps: int = arg(4, "Generation batch = batch x accumulation x GPUs = 32 rollouts.")
+    num_generations: int = arg(8, "Rollouts per prompt; GRPO compares them. Must divide the generation batch.")
+    max_completion_length: int = arg(1024, "Tokens per rollout, all turns and tool results included.")
+    max_tool_calling_iterations: int = arg(6, "Tool-call rounds per rollout; ends loops that never answer.")
+    max_steps: int = arg(300, "Optimizer steps (overrides num_train_epochs).")
+    logging_steps: int = arg(5, "Log (and plot) every this many steps.")
+    save_steps: int = arg(50, "Checkpoint every this many steps; --resume_from_checkpoint continues from one.")
+    gradient_checkpointing: bool = arg(True, "Trade compute for memory; needed for full fine-tuning on a T4.")
+    bf16: bool = arg(None, "Default: on where the GPU supports bf16, off on T4s (fp16 is used) and on CPU (fp32).")
+    fp16: bool = arg(None, "Default: on for GPUs without bf16 (e.g. a T4), off otherwise.")
+    report_to: str = arg("none", "Experiment tracker: none, trackio, wandb, tensorboard.")
+    resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
+
+    def __post_init__(self):
+        # Hardware-aware precision, decided here so that derived settings below see the final values.
+        if self.bf16 is None and self.fp16 is None:
+            has_cuda = torch.cuda.is_available()
+            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+            self.fp16 = has_cuda and not self.bf16
+        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+                self.use_cpu = True                          # not N unaware copies of a one-process run
+        if self.output_dir is None:
+            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
+            else:
+                self.output_dir = time.strftime("outputs/grpo_search/%Y%m%d-%H%M%S")
+        super().__post_init__()
+
+
+# %% [markdown]
+# The offline demo's settings, used when there is no CUDA GPU: a tiny model, toy two-hop questions and their corpus
+# from `assets/`, which need no network.
+# %%
+# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
+# the defaults above (flags and YAML still win).
+ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
+DEMO_SETTINGS = dict(
+    model_name_or_path=str(ASSETS / "tiny-qwen-search"),      # made by assets/make_demo_assets.py
+    dataset_name=str(ASSETS / "toy_search"),                  # train.jsonl / test.jsonl: two-hop questions
+    corpus_name=str(ASSETS / "toy_search" / "corpus.jsonl"),  # one short document per made-up scholar (300)
+    search_top_k=2,
+    search_budget=3,
+    learning_rate=2e-4,
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    max_grad_norm=1.0,
+    per_device_train_batch_size=32,
+    gradient_accumulation_steps=1,
+    num_generations=8,
+    max_completion_length=256,
+    max_tool_calling_iterations=3,
+    max_steps=80,
+    save_steps=40,
+    gradient_checkpointing=False,
+    eval_batch_size=50,
+    num_eval_examples=50,
+    mid_eval_steps=20,  # held-out exact match at 5 points of the run, plotted beside the reward
+    num_mid_eval_examples=50,
+)
+
+
+# %% [markdown]
+# ## Tools
+# The search index, then `search` and `open`, the tools the model may call.
+# %%
+# =====================================================================================
+# TOOLS: a BM25 index over the corpus (bm25s), and the two tools that read it.
+# Errors come back as text for the model to read, never as exceptions.
+# =====================================================================================
+SEARCH_MAX_QUERY_CHARS = 300  # a query is a few keywords: longer ones are refused, not searched
+INDEX_STOPWORDS = "en"        # bm25s's English stop words, dropped from documents and queries alike
+
+
+class SearchIndex:
+    """BM25 over documents {id, title, text} with bm25s, built once and cached on disk: a folder named after a hash
+    of the documents and the settings, so that a changed corpus is indexed again."""
+
+    def __init__(self, documents: list[dict], cache_dir: Path):
+        import bm25s
+
+        self.documents = {doc["id"]: doc for doc in documents}
+        self.ids = list(self.documents)
+        digest = hashlib.sha256(f"{bm25s.__version__}|{INDEX_STOPWORDS}".encode())
+        for doc in self.documents.values():
+            digest.update(f"{doc['id']}\0{doc['title']}\0{doc['text']}\0".encode())
+        self.path = Path(cache_dir) / f"bm25s-{digest.hexdigest()[:16]}"
+        self._cache = {}
+        if (self.path / "params.index.json").exists():
+            self.retriever = bm25s.BM25.load(self.path, show_progress=False)
+            return
+        texts = [f"{doc['title']}\n{doc['text']}" for doc in self.documents.values()]
+        self.retriever = bm25s.BM25()
+        self.retriever.index(bm25s.tokenize(texts, stopwords=INDEX_STOPWORDS, show_progress=len(texts) > 10_000),
+                             show_progress=len(texts) > 10_000)
+        staging = None
+        try:  # written aside, then renamed: a reader (another process) never sees half an index
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=".bm25s-"))
+            self.retriever.save(staging, show_progress=False)
+            os.replace(staging, self.path)
+        except OSError:  # a read-only folder, or another process saved the same index first: use this one
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def search(self, query: str, k: int) -> list[str]:
+        """Ids of the (at most) k best-matching documents, best first; none when no query word is in the corpus."""
+        import bm25s
+
+        if (query, k) not in self._cache:
+            tokens = bm25s.tokenize([query], stopwords=INDEX_STOPWORDS, return_ids=False, show_progress=False)
+            hits = []
+            if tokens[0]:
+                found, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False,
+                                                        n_threads=1)
+                hits = [self.ids[i] for i, s in zip(found[0], scores[0]) if s > 0]
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[(query, k)] = hits
+        return self._cache[(query, k)]
+
+    def pages(self, doc_id: str, page_chars: int) -> list[str]:
+        """A document's text cut into pages of about page_chars characters, at spaces."""
+        text, pages = self.documents[doc_id]["text"], []
+        while len(text) > page_chars:
+            cut = text.rfind(" ", 0, page_chars + 1)
+            cut = cut if cut > 0 else page_chars
+            pages.append(text[:cut])
+            text = text[cut:].lstrip()
+        return pages + [text]
+
+    def entry(self, doc_id: str, snippet_chars: int) -> str:
+        """One search result: [id] title: the start of the text (the title only where it differs from the id)."""
+        doc = self.documents[doc_id]
+        snippet = doc["text"].strip()
+        if len(snippet) > snippet_chars:
+            snippet = snippet[:snippet.rfind(" ", 0, snippet_chars) if " " in snippet[:snippet_chars]
+                              else snippet_chars] + " ..."
+        return f"[{doc_id}] " + (f"{doc['title']}: " if doc["title"] != doc_id else "") + snippet
+
+
+# %% [markdown]
+# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
+# what it reads); it keeps a tally for the rewards: calls, failures, the documents seen, and which searches brought
+# in a supporting document not seen before.
+# %%
+class ToolEnvironment:
+    """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
+
+    Every public method except reset() is offered to the model as a tool; its docstring is the
+    tool's description. Rewards read the tally through their `environments` argument.
+    """
+
+    index = None  # the SearchIndex all rollouts share; main() builds it
+    top_k, snippet_chars, page_chars, budget = 5, 200, 1000, 4  # main() sets them from the flags
+
+    def reset(self, supporting_docs=None, **row):
+        self.calls, self.failures, self.searches = 0, 0, 0
+        self.supporting = set(supporting_docs or [])  # the documents the answer rests on ([]: unknown)
+        self.seen = set()    # ids this rollout has been shown, by search or open
+        self.credited = 0    # searches that brought in a supporting document not seen before
+        self.results = []    # (tool result, whether it earned that credit), in call order: for turn credit
+        return None  # nothing to add to the question
+
+    def search(self, query: str) -> str:
+        """Search the documents; returns the best matches, one per line: [id] the start of the text.
+
+        Args:
+            query: A few words to look for, e.g. a name from the question or from an earlier result.
+        """
+        query = str(query).strip()
+        if not query:
+            return self._tally("Error: empty query. Search for a few words, e.g. a name from the question.")
+        if len(query) > SEARCH_MAX_QUERY_CHARS:
+            return self._tally(f"Error: the query has {len(query)} characters. Search for a few words "
+                               f"(at most {SEARCH_MAX_QUERY_CHARS} characters).")
+        self.searches += 1
+        hits = self.index.search(query, self.top_k)
+        if not hits:
+            return self._tally(f"No results for {query!r}. Try other words, e.g. a name from the question.")
+        new_supporting = (set(hits) - self.seen) & self.supporting
+        self.seen.update(hits)
+        return self._tally("\n".join(self.index.entry(doc_id, self.snippet_chars) for doc_id in hits),
+                           credited=bool(new_supporting))
+
+    def open(self, doc_id: str, page: int = 1) -> str:
+        """Read one page of a document.
+
+        Args:
+            doc_id: A document id, as shown in [brackets] by search.
+            page: The page to read, from 1.
+        """
+        doc_id = str(doc_id).strip()
+        if doc_id not in self.index.documents:
+            return self._tally(f"Error: no document with id {doc_id!r}. Use an id that search showed in [brackets].")
+        try:
+            page = int(page)
+        except (TypeError, ValueError):
+            return self._tally(f"Error: page must be a number, e.g. 1 (got {page!r}).")
+        pages = self.index.pages(doc_id, self.page_chars)
+        if not 1 <= page <= len(pages):
+            return self._tally(f"Error: page {page} is out of range: {doc_id!r} has {len(pages)} page(s).")
+        self.seen.add(doc_id)
+        return self._tally(f"[{doc_id}] page {page} of {len(pages)}\n{pages[page - 1]}")
+
+    def _tally(self, result: str, credited: bool = False) -> str:
+        self.calls += 1
+        self.failures += result.startswith("Error")
+        self.credited += credited
+        self.results.append((result, credited))
+        return result
+
+
+# %% [markdown]
+# ## Data
+# Each question becomes a chat prompt under the system prompt, with its gold answers and supporting documents kept
+# for the rewards. The corpus is a file of documents (`--corpus_name`), or, for HotpotQA, the questions' own
+# paragraphs; its BM25 index is built once and cached next to it.
+# %%
+# =====================================================================================
+# DATA: questions become chat prompts; answers and supporting document ids are kept for the rewards.
+# =====================================================================================
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name tasks.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
+def paragraphs_of(context) -> list[dict]:
+    """HotpotQA's context as documents {id, title, text}, the Wikipedia title as the id: {title: [...], sentences:
+    [[...]]} as on the Hub, or [[title, [sentences]], ...] as in the original json files."""
+    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context or []
+    return [{"id": str(title), "title": str(title), "text": "".join(map(str, sentences)).strip()}
+            for title, sentences in pairs]
+
+
+def supporting_ids(value) -> list[str]:
+    """Supporting document ids from a list of ids, or from HotpotQA's supporting_facts ({title: [...], sent_id:
+    [...]}, or [[title, sent_id], ...]), without repeats."""
+    if isinstance(value, dict):
+        value = value.get("title", [])
+    if isinstance(value, str):  # one id, not a list of them
+        value = [value]
+    return list(dict.fromkeys(str(v[0] if isinstance(v, (list, tuple)) else v) for v in value or []))
+
+
+def to_questions(rows, script_args, name: str) -> list[dict]:
+    """Rows -> {question, answer (a list of accepted answers), supporting_docs (ids; [] when unknown)}."""
+    columns = rows.column_names
+    for flag, column in (("question_column", script_args.question_column), ("answer_column", script_args.answer_column)):
+        if column not in columns:
+            raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {columns}): pass --{flag} NAME")
+    supporting = script_args.supporting_column
+    if supporting is not None and supporting not in columns:
+        raise RecipeError(f"dataset '{name}' has no column '{supporting}' (it has {columns}): pass "
+                          "--supporting_column NAME, or leave it out (no search credit)")
+    supporting = supporting or next((c for c in ("supporting_docs", "supporting_facts") if c in columns), None)
+    questions = []
+    for row in rows:
+        answer = row[script_args.answer_column]
+        answers = [str(a) for a in (answer if isinstance(answer, (list, tuple)) else [answer]) if a is not None]
+        questions.append({"question": str(row[script_args.question_column]).strip(), "answer": answers,
+                          "supporting_docs": supporting_ids(row[supporting]) if supporting else []})
+    return questions
+
+
+def load_corpus(script_args, splits: list) -> list[dict]:
+    """Documents {id, title, text}: from --corpus_name, or the paragraphs in the questions' context column."""
+    if script_args.corpus_name is None:
+        if "context" not in splits[0].column_names:
+            raise RecipeError(f"'{script_args.dataset_name}' has no context column to build a corpus from: pass "
+                              "--corpus_name docs.jsonl (one document per line: id, title, text)")
+        documents = [doc for rows in splits if len(rows) for context in rows["context"] for doc in paragraphs_of(context)]
+    else:
+        name = script_args.corpus_name
+        corpus = read_dataset(name, None)
+        rows = corpus[next(iter(corpus))] if len(corpus) == 1 else split_of(corpus, "train", name, "a corpus with")
+        columns = rows.column_names
+        id_column = next((c for c in ("id", "doc_id", "title") if c in columns), None)
+        text_column = next((c for c in ("text", "contents", "content", "paragraph_text") if c in columns), None)
+        if id_column is None or text_column is None:
+            raise RecipeError(f"corpus '{name}' needs an id (or title) and a text column (it has {columns}): "
+                              "write one document per line as {\"id\": ..., \"title\": ..., \"text\": ...}")
+        titles = rows["title"] if "title" in columns else rows[id_column]
+        documents = [{"id": str(i), "title": str(t), "text": str(x or "")}
+                     for i, t, x in zip(rows[id_column], titles, rows[text_column])]
+    unique = {}
+    for doc in documents:  # one document per id: the first (HotpotQA repeats a paragraph across questions)
+        unique.setdefault(doc["id"], doc)
+    documents = list(unique.values())
+    if not documents:
+        raise RecipeError(f"the corpus of '{script_args.corpus_name or script_args.dataset_name}' holds no document")
+    return documents
+
+
+def index_folder(script_args) -> Path:
+    """Where the index is cached: beside a local corpus file, else in the Hugging Face cache folder."""
+    corpus = Path(script_args.corpus_name or "")
+    if script_args.corpus_name and corpus.is_file() and os.access(corpus.parent, os.W_OK):
+        return corpus.parent / f"{corpus.name}.bm25s-index"
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "grpo_search"
+
+
+def load_data(script_args, tokenizer, seed):
+    """(train, eval, corpus): datasets of chat prompts with the columns the rewards read, and the documents."""
+    from datasets import Dataset
+
+    name = script_args.dataset_name
+    dataset = read_dataset(name, script_args.dataset_config)
+    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
+    test_split = script_args.dataset_test_split or next((s for s in ("validation", "test") if s in dataset), None)
+    if test_split is not None:
+        test = split_of(dataset, test_split, name, "--dataset_test_split")
+    else:  # hold some training questions out for evaluation
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
+    test = test.select(range(min(script_args.num_eval_examples, len(test))))
+    corpus = load_corpus(script_args, [train, test])
+    known = {doc["id"] for doc in corpus}
+
+    def fits(row):
+        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids) <= script_args.max_prompt_tokens
+
+    splits = []
+    for rows in (train, test):
+        questions = to_questions(rows, script_args, name)
+        missing = sum(doc not in known for q in questions for doc in q["supporting_docs"])
+        if missing:
+            print(f"{missing} supporting document id(s) of '{name}' are not in the corpus: they cannot be found "
+                  "(check that the ids match the corpus's id column)")
+        for question in questions:
+            question["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                  {"role": "user", "content": question["question"]}]
+        rows = Dataset.from_list(questions) if questions else Dataset.from_dict({"prompt": []})
+        before = len(rows)
+        rows = rows.filter(fits) if before else rows
+        if len(rows) < before:
+            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
+                  "tokens (--max_prompt_tokens)")
+        splits.append(rows)
+    if len(splits[0]) == 0:
+        raise RecipeError(f"no training question in '{name}' fits in {script_args.max_prompt_tokens} tokens: raise "
+                          "--max_prompt_tokens")
+    return splits[0], splits[1], corpus
+
+
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the final message of a trajectory, the answer in its <answer> block, and HotpotQA's
+# official answer normalisation (lower case, no punctuation, no articles, single spaces).
+# %%
+# =====================================================================================
+# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
+# Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
+# =====================================================================================
+def completion_text(completion) -> str:
+    """A completion is a string, or a list of chat messages: take the last assistant message."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return str(message.get("content") or "")
+    return ""
+
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_MAX_WORDS = 10  # HotpotQA's answers are names, dates, yes/no: a longer one is a paragraph, not an answer
+
+
+def extract_answer(text: str):
+    """The text of the last <answer>...</answer> block, stripped, or None."""
+    blocks = ANSWER.findall(text)
+    return blocks[-1].strip() if blocks else None
+
+
+def normalize_answer(text: str) -> str:
+    """HotpotQA's (and SQuAD's) normalisation: lower case, punctuation and articles removed, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def answer_f1(prediction: str, gold: str) -> float:
+    """HotpotQA's official F1 over normalised words; yes/no/noanswer must match exactly."""
+    prediction, gold = normalize_answer(prediction), normalize_answer(gold)
+    if prediction != gold and (prediction in ("yes", "no", "noanswer") or gold in ("yes", "no", "noanswer")):
+        return 0.0
+    common = sum((Counter(prediction.split()) & Counter(gold.split())).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(prediction.split()), common / len(gold.split())
+    return 2 * precision * recall / (precision + recall)
+
+
+def golds(answer) -> list[str]:
+    """The accepted answers: a string, or a list of them; those that normalise to nothing are dropped."""
+    return [a for a in ([answer] if isinstance(answer, str) else list(answer or [])) if normalize_answer(str(a))]
+
+
+# %% [markdown]
+# The outcome, 1.0 when the answer matches a gold answer after normalisation: edit it, then run it and every cell
+# below again.
+# %%
+def exact_match_reward(completions, answer, **kwargs) -> list:
+    """1.0 when the final <answer> block equals a gold answer after HotpotQA's normalisation, else 0.0; None (no
+    say) when the gold answer is empty, a data error the model cannot be right or wrong about."""
+    scores = []
+    for completion, gold in zip(completions, answer):
+        predicted, accepted = extract_answer(completion_text(completion)), golds(gold)
+        scores.append(None if not accepted else float(predicted is not None and any(
+            normalize_answer(predicted) == normalize_answer(a) for a in accepted)))
+    return scores
+
+
+# %% [markdown]
+# Partial credit: HotpotQA's F1 of the answer's words against the gold answer's (the best over accepted answers).
+# %%
+def f1_reward(completions, answer, **kwargs) -> list:
+    """HotpotQA's answer F1 (0-1, the best over accepted answers); 0.0 without an answer, None without a gold."""
+    scores = []
+    for completion, gold in zip(completions, answer):
+        predicted, accepted = extract_answer(completion_text(completion)), golds(gold)
+        scores.append(None if not accepted else max(answer_f1(predicted, a) for a in accepted)
+                      if predicted is not None else 0.0)
+    return scores
+
+
+# %% [markdown]
+# Format: 1.0 when the final message has exactly one <answer> block holding a short answer.
+# %%
+def answer_format_reward(completions, **kwargs) -> list[float]:
+    """1.0 for exactly one <answer> block in the final message, holding 1 to ANSWER_MAX_WORDS words."""
+    scores = []
+    for completion in completions:
+        blocks = ANSWER.findall(completion_text(completion))
+        scores.append(float(len(blocks) == 1 and 1 <= len(blocks[0].split()) <= ANSWER_MAX_WORDS))
+    return scores
+
+
+# %% [markdown]
+# Turn-level credit: 0.5 per search that brought in a supporting document not seen before, capped at 1.0. The same
+# query twice, or a search that only finds what an earlier one showed, earns nothing. Only results that reached the
+# trajectory count: TRL drops a tool result that would overflow `max_completion_length`, unread.
+# %%
+def delivered(completion: list, env) -> list[tuple[int, bool]]:
+    """(assistant turn, whether it earned search credit) for each of the environment's tool results that is in the
+    trajectory, matched by its text, in order; a failed call TRL answered itself ({'error': ...}) matches none."""
+    pending, found, turn = list(env.results), [], -1
+    for message in completion if isinstance(completion, list) else []:
+        if message.get("role") == "assistant":
+            turn += 1
+        elif message.get("role") == "tool" and turn >= 0:
+            match = next((n for n, (result, _) in enumerate(pending) if result == message.get("content")), None)
+            if match is not None:
+                found.append((turn, pending[match][1]))
+                del pending[:match + 1]
+    return found
+
+
+def search_credit(completions, environments, **kwargs) -> list:
+    """0.5 per search whose results brought in a supporting document not seen before, capped at 1.0; None (no say)
+    for a question without supporting documents."""
+    return [min(1.0, 0.5 * sum(credited for _, credited in delivered(c, env))) if env.supporting else None
+            for c, env in zip(completions, environments)]
+
+
+# %% [markdown]
+# A penalty for tool calls beyond `--search_budget`, down to -1.0, so that searching in a loop does not pay.
+# %%
+def search_budget_penalty(completions, environments, **kwargs) -> list[float]:
+    """0.0 up to the budget (--search_budget), then -1/budget per extra call, down to -1.0. Calls are counted in the
+    trajectory, so that a malformed one (which never reaches the tools) counts too."""
+    scores = []
+    for completion, env in zip(completions, environments):
+        calls = sum(len(m.get("tool_calls") or []) for m in completion if m.get("role") == "assistant") \
+            if isinstance(completion, list) else env.calls
+        scores.append(-min(1.0, max(0, calls - env.budget) / max(1, env.budget)))
+    return scores
+
+
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above; keep the partial, format and search terms together well below a right answer.
+# %%
+# (reward function, weight). A right answer pays 1.0 (and its F1 0.2); a wrong one collects at most
+# 0.2 x F1 + 0.1 + 0.2 < 0.5 from the other terms (tests/test_grpo_search.py checks the cap).
+RUBRIC = [
+    (exact_match_reward, 1.0),
+    (f1_reward, 0.2),
+    (answer_format_reward, 0.1),
+    (search_credit, 0.2),
+    (search_budget_penalty, 0.1),
+]
+
+
+# %% [markdown]
+# ## Turn-level credit
+# TRL gives every token of a rollout the same advantage. With `--turn_credit`, this subclass gives the tokens of each
+# assistant turn the rollout's advantage plus `--turn_credit_weight` x that turn's own reward (1.0 when a search it
+# made brought in a new supporting document), normalised within the group at the same turn index (MT-GRPO,
+# arXiv 2505.11821). Tool results stay masked: their tokens carry no advantage.
+# %%
+def turn_rewards(completion: list, env) -> list[float]:
+    """One reward per assistant turn of a trajectory: 1.0 when a tool result that turn got earned search credit (a
+    new supporting document), else 0.0."""
+    rewards = [0.0] * sum(1 for m in completion if m.get("role") == "assistant")
+    for turn, credited in delivered(completion, env):
+        rewards[turn] = max(rewards[turn], float(credited))
+    return rewards
+
+
+def turn_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True) -> torch.Tensor:
+    """(rollouts, turns) rewards -> each one minus its group's mean at the same turn index (over std, if scale);
+    a rollout with fewer turns counts as 0 at the turns it did not take."""
+    grouped = rewards.view(-1, group_size, rewards.shape[1])
+    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale:
+        advantages = advantages / (grouped.std(dim=1, keepdim=True) + 1e-4)
+    return advantages.view_as(rewards)
+
+
+def per_token_advantages(advantages: torch.Tensor, turns: torch.Tensor, mask: torch.Tensor, weight: float):
+    """(B,) rollout advantages + weight x (B, turns) turn advantages -> (B, T) per token. A turn is a run of 1s in
+    `mask` (the model's own tokens); tool results and padding (0s) get 0."""
+    starts = mask.bool() & ~torch.nn.functional.pad(mask.bool()[:, :-1], (1, 0))  # first token of each turn
+    turn_of_token = (torch.cumsum(starts.long(), dim=1) - 1).clamp(0, turns.shape[1] - 1)
+    return (advantages.unsqueeze(1) + weight * turns.gather(1, turn_of_token)) * mask
+
+
+class TurnCreditGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with per-turn advantages (B, T); TRL's loss accepts them as they are (see _compute_loss)."""
+
+    turn_credit_weight = 1.0  # main() sets it from --turn_credit_weight
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # The trajectories as messages, with their environments: the turns are counted here
+        self._turn_rewards = [turn_rewards(c, env) for c, env in zip(completions, self.environments)]
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        device, local = self.accelerator.device, len(self._turn_rewards)
+        width = max([1] + [len(turn) for turn in self._turn_rewards])  # the most turns, on every process:
+        width = int(self.accelerator.gather(torch.tensor([width], device=device)).max())  # gathers need one shape
+        rewards = torch.zeros(local, width, device=device)
+        for i, turn in enumerate(self._turn_rewards):
+            rewards[i, :min(len(turn), width)] = torch.tensor(turn[:width], device=device)
+        # Groups can span processes: normalise over all of them, then keep this process's rows
+        turns = turn_advantages(self.accelerator.gather(rewards), self.num_generations, self.scale_rewards != "none")
+        turns = turns[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
+        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        output["advantages"] = per_token_advantages(output["advantages"], turns, mask, self.turn_credit_weight)
+        self._metrics["train"]["turn_credit/credited_turns"].append(rewards.sum(1).mean().item())
+        return output
+
+
+# %% [markdown]
+# ## Trainer
+# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
+# change here.
+# %%
+# =====================================================================================
+# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
+# =====================================================================================
+class RecipeError(Exception):
+    """A problem with the input, reported as one line that says how to fix it."""
+
+
+def build_parser():
+    return TrlParser((ScriptArguments, RecipeConfig, ModelConfig))
+
+
+def parse_args(argv=None):
+    """CLI/YAML/main([...]) -> (script_args, training_args, model_args), demo settings applied."""
+    if argv is None:  # in Jupyter/Colab, sys.argv holds the kernel's own arguments: ignore them
+        argv = [] if "ipykernel" in sys.modules else sys.argv[1:]
+    argv = [str(a) for a in argv]
+    try:
+        script_args, training_args, model_args = build_parser().parse_args_and_config(argv)
+        demo = model_args.model_name_or_path is None and not torch.cuda.is_available()
+        if demo:  # parse again with the demo's defaults underneath the user's flags and YAML
+            parser = build_parser()
+            parser.set_defaults_with_config(**DEMO_SETTINGS)
+            script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as error:  # GRPOConfig validates as it is built
+        message = str(error).splitlines()[0]
+        if "divisible" in message:
+            message += (" Fix: make per_device_train_batch_size x gradient_accumulation_steps x number of GPUs "
+                        "a multiple of num_generations, e.g. --per_device_train_batch_size 8 --num_generations 8")
+        raise RecipeError(message) from None
+    if demo:
+        print("No CUDA GPU and no --model_name_or_path: running the offline demo (tiny model and toy data "
+              f"from {ASSETS}). Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
+        if not Path(model_args.model_name_or_path).exists():
+            raise RecipeError(f"demo model not found at {model_args.model_name_or_path}: run "
+                              "`python assets/make_demo_assets.py`, or pass --model_name_or_path")
+    if model_args.model_name_or_path is None:
+        model_args.model_name_or_path = DEFAULT_MODEL
+    if script_args.dataset_name is None:
+        script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
+    return script_args, training_args, model_args
+
+
+def check_environment(script_args, training_args, model_args):
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise RecipeError("--use_vllm needs vLLM, which is not installed: `pip install vllm` (Linux + CUDA GPU)")
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and not model_args.use_peft:
+        raise RecipeError("a quantized model cannot be fully fine-tuned: add --use_peft (QLoRA)")
+    if quantized and importlib.util.find_spec("bitsandbytes") is None:
+        raise RecipeError("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes` "
+                          "(CUDA GPU), or drop the flag")
+    if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < 0:
+        raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps and --train_samples_per_log 0 or "
+                          "more (0 turns them off)")
+    evaluation = Path(training_args.output_dir, "eval.json")
+    if script_args.eval_only and evaluation.exists() and "eval_only" not in json.loads(evaluation.read_text()):
+        raise RecipeError(f"{training_args.output_dir} holds a training run's eval.json: pass another --output_dir "
+                          "for --eval_only, so that the run's results are kept")
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(RUBRIC):
+        raise RecipeError(f"--reward_weights has {len(weights)} values but RUBRIC has {len(RUBRIC)} functions")
+
+
+def resolve_checkpoint(training_args):
+    """Refuse to overwrite a run's checkpoints; turn 'last' into the newest checkpoint folder."""
+    checkpoints = sorted(glob.glob(os.path.join(training_args.output_dir, "checkpoint-*")),
+                         key=lambda p: int(p.rsplit("-", 1)[-1]) if p.rsplit("-", 1)[-1].isdigit() else -1)
+    resume = training_args.resume_from_checkpoint
+    if resume is None:
+        if checkpoints:
+            raise RecipeError(f"{training_args.output_dir} already holds checkpoints: pass "
+                              "--resume_from_checkpoint last to continue, or choose another --output_dir")
+        return None
+    if resume == "last":
+        if not checkpoints:
+            raise RecipeError(f"no checkpoint-* folder in {training_args.output_dir} to resume from")
+        return checkpoints[-1]
+    if not Path(resume, "trainer_state.json").exists():
+        raise RecipeError(f"{resume} is not a checkpoint folder (no trainer_state.json)")
+    return resume
+
+
+def load_model(model_args):
+    """What GRPOTrainer gets as its model: the id or folder itself, except for a PEFT adapter folder (what
+    --use_peft saves), which becomes its base model with the adapter merged in."""
+    folder = Path(model_args.model_name_or_path)
+    if not (folder / "adapter_config.json").exists() or (folder / "config.json").exists():
+        return model_args.model_name_or_path
+    from peft import AutoPeftModelForCausalLM
+
+    try:  # the base model is the one named in adapter_config.json
+        return AutoPeftModelForCausalLM.from_pretrained(folder, dtype=model_args.dtype).merge_and_unload()
+    except OSError as error:
+        raise RecipeError(f"cannot load the base model of the adapter in {folder} ({error}): check "
+                          "base_model_name_or_path in its adapter_config.json") from None
+
+
+def load_tokenizer(model_args, training_args):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                                  trust_remote_code=training_args.trust_remote_code)
+    except OSError:
+        raise RecipeError(f"cannot load model '{model_args.model_name_or_path}': not a local folder, and not "
+                          "reachable on the Hugging Face Hub. Check the id and your network, or pass a local "
+                          "folder with --model_name_or_path") from None
+    if tokenizer.chat_template is None:
+        raise RecipeError(f"'{model_args.model_name_or_path}' has no chat template: use an instruct/chat model")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def with_logging(reward_func, every: int):
+    """Wrap a reward so that it also logs tool use per rollout and prints one trajectory every
+    `every` steps (main process)."""
+    last_printed = {"step": -every}
+
+    @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
+    def wrapper(completions, **kwargs):
+        scores = reward_func(completions, **kwargs)
+        if kwargs.get("log_metric") and kwargs.get("environments"):
+            environments = kwargs["environments"]
+            kwargs["log_metric"]("tools/calls_per_rollout", sum(e.calls for e in environments) / len(environments))
+            turns = [sum(1 for m in c if m.get("role") == "assistant") for c in completions if not isinstance(c, str)]
+            if turns:
+                kwargs["log_metric"]("tools/turns_per_rollout", sum(turns) / len(turns))
+        state = kwargs.get("trainer_state")
+        step = state.global_step if state is not None else 0
+        if every and step - last_printed["step"] >= every and int(os.environ.get("RANK", "0")) == 0:
+            last_printed["step"] = step
+            print(f"\n--- sample at step {step} ({reward_func.__name__} = {scores[0]}) ---\n"
+                  f"{format_trajectory(completions[0])[:800]}\n---")
+        return scores
+
+    return wrapper
+
+
+def format_trajectory(completion) -> str:
+    """A rollout as readable text: assistant turns, tool calls and tool results."""
+    if isinstance(completion, str):
+        return completion
+    lines = []
+    for message in completion:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            lines.append(f"[{message.get('role')} calls] {function.get('name')}({json.dumps(function.get('arguments'))})")
+        if message.get("content"):
+            lines.append(f"[{message.get('role')}] {message['content']}")
+    return "\n".join(lines)
+
+
+# %% [markdown]
+# ## Evaluation
+# Greedy multi-turn rollouts on the held-out questions with both tools enabled, scored by exact match and F1 and for
+# the search itself (supporting documents found, searches), before and after training.
+# %%
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
+
+
+def run_tool_calls(text: str, env: ToolEnvironment) -> list[dict] | None:
+    """Parse the tool calls in a generated turn and run them; None when the turn makes no call."""
+    blocks = TOOL_CALL.findall(text)
+    if not blocks:
+        return None
+    messages = [{"role": "assistant", "content": TOOL_CALL.sub("", text).strip(), "tool_calls": []}]
+    for block in blocks:
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], call.get("arguments", {})
+            if name.startswith("_") or name == "reset" or not callable(getattr(env, name, None)):
+                raise ValueError(f"no tool named {name!r}")
+            result = getattr(env, name)(**arguments)
+        except Exception as error:  # a malformed call is a failed call, as in training
+            env.calls, env.failures = env.calls + 1, env.failures + 1
+            name, arguments, result = "unknown", {}, f"Error: could not run the tool call ({error})"
+        messages[0]["tool_calls"].append({"type": "function", "function": {"name": name, "arguments": arguments}})
+        messages.append({"role": "tool", "name": name, "content": str(result)})
+    return messages
+
+
+@torch.no_grad()
+def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 0):
+    """For each row: [its greedy rollout, then `num_samples` sampled at the training temperature], each rollout
+    (the messages after the prompt: calls, arguments and tool results in order, then the answer, its environment)."""
+    model, tokenizer, accelerator, args = trainer.model, trainer.processing_class, trainer.accelerator, trainer.args
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"  # generate() continues from the right end of each row
+    results = []
+    # Each process answers an equal share (short shares padded with repeats) and runs as many tool
+    # rounds as the busiest one, so that all of them call generate() equally often, as ZeRO-3 and
+    # FSDP need; under ZeRO-3 the unwrap gathers the sharded weights.
+    rows = list(range(len(dataset)))
+    with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as generator:
+        for start in range(0, len(my_rows), batch_size):
+            batch_rows = my_rows[start:start + batch_size]
+            batch = dataset.select(batch_rows)
+            prompts = batch["prompt"]
+            found = [[] for _ in batch_rows]
+            for sample, copies in ((False, 1), (True, num_samples)) if num_samples else ((False, 1),):
+                conversations = [list(prompt) for prompt in prompts for _ in range(copies)]
+                envs = [ToolEnvironment() for _ in conversations]
+                for i, env in enumerate(envs):  # as in training: reset with the row; text it returns ends the prompt
+                    observation = env.reset(**batch[i // copies])
+                    if isinstance(observation, str):
+                        conversations[i][-1] = {**conversations[i][-1],
+                                                "content": conversations[i][-1]["content"] + observation}
+                active = list(range(len(conversations)))
+                for round_number in range(max_rounds + 1):
+                    asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
+                    texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
+                                                           add_generation_prompt=True, tokenize=False) for i in asked]
+                    inputs = tokenizer(texts, return_tensors="pt", padding=True,
+                                       add_special_tokens=False).to(model.device)
+                    with torch.autocast(model.device.type, dtype=torch.bfloat16 if args.bf16 else torch.float16,
+                                        enabled=args.bf16 or args.fp16):
+                        output = generator.generate(
+                            **inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                            do_sample=sample, **(dict(temperature=args.temperature, top_p=args.top_p) if sample else {}))
+                    replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+                    still_active = []
+                    for i, reply in zip(active, replies):
+                        messages = run_tool_calls(reply, envs[i]) if round_number < max_rounds else None
+                        if messages is None:  # a final answer (or out of rounds)
+                            conversations[i].append({"role": "assistant", "content": reply})
+                        else:
+                            conversations[i] += messages
+                            still_active.append(i)
+                    active = still_active
+                    if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
+                        break  # every process is done
+                for i, (conversation, env) in enumerate(zip(conversations, envs)):
+                    found[i // copies].append((conversation[len(prompts[i // copies]):], env))
+            results += zip(batch_rows, found)
+    from accelerate.utils import gather_object
+
+    trainer._questions_per_process = gather_object([len(my_rows)])
+    by_row = dict(gather_object(results))  # the padding repeats rows: one result per row
+    model.train(was_training)
+    tokenizer.padding_side = padding_side
+    return [by_row[row] for row in rows]
+
+
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out questions, both tools enabled: accuracy (exact match, HotpotQA's
+    normalisation), F1, the share of supporting documents found, searches per question and those that found a new
+    supporting document, tool-call success; with num_samples > 1 also pass@1, pass@N and the signal report. Every
+    rollout, its rewards and the documents it saw go to `trajectories` (one JSON line per question)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    answers = [value for value, row in zip(dataset["answer"], found) for _ in row]
+    scores = score(flat, answer=answers, environments=envs)
+    # Straight from the answers, whatever RUBRIC holds: a rubric under test must not grade itself
+    predicted = [extract_answer(completion_text(c)) for c in flat]
+    correct = [float(p is not None and any(normalize_answer(p) == normalize_answer(a) for a in golds(gold)))
+               for p, gold in zip(predicted, answers)]
+    f1 = [max((answer_f1(p, a) for a in golds(gold)), default=0.0) if p is not None else 0.0
+          for p, gold in zip(predicted, answers)]
+    greedy = list(range(0, len(flat), 1 + samples))
+    supported = [i for i in greedy if envs[i].supporting]
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "f1": sum(f1[i] for i in greedy) / len(greedy),
+               "supporting_found": sum(len(envs[i].seen & envs[i].supporting) / len(envs[i].supporting)
+                                       for i in supported) / len(supported) if supported else None,
+               "supporting_searches": sum(envs[i].credited for i in greedy) / len(greedy),
+               "searches": sum(envs[i].searches for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
+                     "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting)}
+                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+def tools_of(env: ToolEnvironment) -> list:
+    """The environment's tools, as TRL offers them: every public method but reset()."""
+    return [getattr(env, name) for name in sorted(vars(ToolEnvironment))
+            if not name.startswith("_") and name != "reset" and callable(getattr(env, name))]
+
+
+# %% [markdown]
+# ## Watching the run
+# Held-out accuracy during training, a few rollouts of each logging step on disk, and a monitor that warns when the
+# run looks hacked or stuck. The thresholds are named below, each with the reason for its value.
+# %%
+MONITOR_WINDOW = 5      # logged points a rule averages over, so that one noisy point never warns
+REWARD_RISE = 0.10      # the total reward rose by this share of its largest possible value ...
+ACCURACY_FLAT = 0.02    # ... while held-out accuracy gained less than this: the rubric pays for something else
+SATURATED = 0.95        # an auxiliary reward this close to 1 ...
+OUTCOME_FLAT = 0.05     # ... while the outcome reward gained less than this since the start: format without substance
+NO_SIGNAL = 0.90        # this share of groups with identical rewards (no advantage, no gradient) ...
+NO_SIGNAL_POINTS = 10   # ... for this many logged points in a row
+LENGTH_COLLAPSE = 0.25  # mean completion length under this share of its start: the model stopped answering
+CLIPPED = 0.50          # half the completions cut at max_completion_length: answers never finish
+ENTROPY_COLLAPSE = 0.2  # entropy under this share of its start ...
+EARLY = 0.3             # ... within the first 30% of the run: the policy stopped exploring before it learned
+
+
+def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,
+                     evals: list | None = None) -> list[dict]:
+    """The run's warnings so far, each {"rule", "step", "message"}, from the trainer's logged metrics and the
+    held-out evaluations `evals` ([(step, accuracy)]; by default the eval/accuracy points in the log)."""
+    train = [e for e in log_history if "reward" in e and "step" in e]
+    evals = evals if evals is not None else [(e["step"], e["eval/accuracy"]) for e in log_history if "eval/accuracy" in e]
+    if len(train) < MONITOR_WINDOW:
+        return []
+    step, found = train[-1]["step"], []
+
+    def mean(key, entries):
+        values = [e[key] for e in entries if e.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    def warn(rule, message):
+        found.append({"rule": rule, "step": step, "message": message})
+
+    head, tail = train[:MONITOR_WINDOW], train[-MONITOR_WINDOW:]
+    if len(evals) >= 2 and evals[-1][0] > evals[0][0]:
+        before = [e for e in train if e["step"] <= evals[0][0]][-MONITOR_WINDOW:] or head
+        after = [e for e in train if e["step"] <= evals[-1][0]][-MONITOR_WINDOW:]
+        gain, accuracy_gain = mean("reward", after) - mean("reward", before), evals[-1][1] - evals[0][1]
+        if gain >= REWARD_RISE * max_reward and accuracy_gain < ACCURACY_FLAT:
+            warn("reward_without_accuracy", f"training reward rose {gain:+.2f} (steps {evals[0][0]}-{evals[-1][0]}) "
+                 f"while held-out accuracy moved {accuracy_gain:+.2f} ({evals[0][1]:.2f} -> {evals[-1][1]:.2f}): the "
+                 "rubric pays for something other than the task. Look at which rewards/<name>/mean rose, and read "
+                 "train_samples.jsonl")
+    if len(train) >= 2 * MONITOR_WINDOW and mean(f"rewards/{outcome}/mean", tail) is not None:
+        outcome_gain = mean(f"rewards/{outcome}/mean", tail) - mean(f"rewards/{outcome}/mean", head)
+        for key in sorted({k for e in tail for k in e if k.startswith("rewards/") and k.endswith("/mean")}):
+            level = mean(key, tail)
+            if key != f"rewards/{outcome}/mean" and level >= SATURATED and outcome_gain < OUTCOME_FLAT:
+                warn("auxiliary_saturated", f"{key.split('/')[1]} is saturated ({level:.2f}) while {outcome} gained "
+                     f"{outcome_gain:+.2f}: the model collects the easy reward and not the task. Lower its weight "
+                     "or read train_samples.jsonl")
+                break
+    recent = [e.get("frac_reward_zero_std") for e in train[-NO_SIGNAL_POINTS:]]
+    if len(recent) == NO_SIGNAL_POINTS and all(v is not None and v >= NO_SIGNAL for v in recent):
+        warn("no_signal", f"{min(recent):.0%} or more of the groups had identical rewards for the last "
+             f"{NO_SIGNAL_POINTS} logged points: nothing to learn from. Run --eval_only --eval_num_samples 8 "
+             "for the signal report: warm-start, easier data or a partial-credit reward")
+    start_length, length = mean("completions/mean_length", head), mean("completions/mean_length", tail)
+    if start_length and length is not None and len(train) >= 2 * MONITOR_WINDOW and length < LENGTH_COLLAPSE * start_length:
+        warn("length_collapse", f"mean completion length fell from {start_length:.0f} to {length:.0f} tokens: "
+             "the model stopped answering. Read train_samples.jsonl; a length or format reward may pay for brevity")
+    clipped = mean("completions/clipped_ratio", tail)
+    if clipped is not None and clipped >= CLIPPED:
+        warn("clipped", f"{clipped:.0%} of completions are cut at max_completion_length: their answers never "
+             "finish. Raise --max_completion_length or reward shorter reasoning")
+    start_entropy, entropy = mean("entropy", head), mean("entropy", tail)
+    if (start_entropy and entropy is not None and len(train) >= 2 * MONITOR_WINDOW and step <= EARLY * max_steps
+            and entropy < ENTROPY_COLLAPSE * start_entropy):
+        warn("entropy_collapse", f"entropy fell from {start_entropy:.2f} to {entropy:.2f} by step {step} "
+             f"({step / max_steps:.0%} of the run): the policy stopped exploring. Lower the learning rate or raise "
+             "the temperature")
+    return found
+
+
+class RunMonitor(TrainerCallback):
+    """Checks the rules above at every log; prints each warning once and keeps them for eval.json."""
+
+    def __init__(self, max_reward: float, outcome: str = "correctness_reward"):
+        self.max_reward, self.outcome, self.warnings = max_reward, outcome, []
+
+    def check(self, log_history, max_steps, evals=None):
+        for warning in monitor_warnings(log_history, self.outcome, self.max_reward, max_steps, evals):
+            if warning["rule"] not in {w["rule"] for w in self.warnings}:
+                self.warnings.append(warning)
+                if int(os.environ.get("RANK", "0")) == 0:
+                    print(f"\nWARNING (step {warning['step']}): {warning['message']}")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.check(state.log_history, state.max_steps)
+
+
+class MidRunEval(TrainerCallback):
+    """Every `every` steps: greedy held-out accuracy, logged as eval/<metric> (to --report_to too) and plotted."""
+
+    def __init__(self, trainer, dataset, every: int, trajectories: Path, **evaluate_kwargs):
+        self.trainer, self.dataset, self.every, self.trajectories = trainer, dataset, every, trajectories
+        self.evaluate_kwargs = evaluate_kwargs
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # a fresh run: the starting point of the curve
+            self.on_step_end(args, state, control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and len(self.dataset) and state.global_step % self.every == 0:
+            metrics = evaluate(self.trainer, self.dataset, trajectories=self.trajectories, step=state.global_step,
+                               **self.evaluate_kwargs)
+            # Trainer.log, not GRPOTrainer.log: the latter would flush the step's training metrics into this entry
+            Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
+
+
+def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
+    """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
+    plain JSON lines, nothing printed, so it costs next to nothing."""
+    saved = {"step": None}
+
+    @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
+    def wrapper(completions, **kwargs):
+        scores = reward_func(completions, **kwargs)
+        state = kwargs.get("trainer_state")
+        step = state.global_step if state is not None else 0
+        if per_log and step % every == 0 and step != saved["step"] and int(os.environ.get("RANK", "0")) == 0:
+            saved["step"] = step
+            columns = {k: v[:per_log] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
+            with open(path, "a", encoding="utf-8") as f:
+                for i, scored in enumerate(score(completions[:per_log], **columns)):
+                    completion = completions[i]  # one message's text; a tool run's whole list of messages
+                    text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
+                    f.write(json.dumps({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
+                                        "completions": [{"text": text, "greedy": False, "parsed_answer":
+                                                         extract_answer(completion_text(text)), **scored}]},
+                                       default=str) + "\n")
+        return scores
+
+    return wrapper
+
+
+# %% [markdown]
+# ## Plots
+# The total reward, each reward and the completion length against step, saved as `training_curves.png`.
+# %%
+def plot_curves(log_history: list[dict], path: Path):
+    """Total reward, each reward component, and completion length against step, in one PNG."""
+    from matplotlib.figure import Figure  # no pyplot: no display needed, a notebook's backend untouched
+
+    logs = [entry for entry in log_history if "reward" in entry and "step" in entry]
+    if not logs:
+        return None
+    steps = [entry["step"] for entry in logs]
+    components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
+    fig = Figure(figsize=(16, 4.2))
+    axes = fig.subplots(1, 3)
+    axes[0].plot(steps, [entry["reward"] for entry in logs], color="black", label="training reward")
+    axes[0].set_title("total reward (weighted sum)")
+    held_out = [(entry["step"], entry["eval/accuracy"]) for entry in log_history if "eval/accuracy" in entry]
+    if held_out:  # on its own 0-1 axis: the line that says whether the reward is paying for the task
+        accuracy_axis = axes[0].twinx()
+        accuracy_axis.plot(*zip(*held_out), color="tab:green", marker="o", label="held-out accuracy")
+        accuracy_axis.set_ylim(0, 1)
+        accuracy_axis.set_ylabel("held-out accuracy (greedy)", color="tab:green")
+        axes[0].set_title("training reward (black) and held-out accuracy (green)")
+    for key in components:
+        axes[1].plot(steps, [entry.get(key, math.nan) for entry in logs], label=key.split("/")[1])
+    axes[1].set_title("reward components (unweighted, 0-1)")
+    axes[1].legend(fontsize=8)
+    axes[2].plot(steps, [entry.get("completions/mean_length", math.nan) for entry in logs], color="tab:purple")
+    axes[2].set_title("mean completion length (tokens)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+# %% [markdown]
+# ## Training
+# `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
+# %%
+def main(argv=None):
+    """Train, evaluate before and after, plot (or, with --eval_only, only evaluate). `argv` is a list of flags;
+    None reads sys.argv."""
+    started = time.time()
+    script_args, training_args, model_args = parse_args(argv)
+    check_environment(script_args, training_args, model_args)
+    if min(script_args.search_top_k, script_args.snippet_chars, script_args.page_chars, script_args.search_budget) < 1:
+        raise RecipeError("--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more")
+    resume = None if script_args.eval_only else resolve_checkpoint(training_args)
+    tokenizer = load_tokenizer(model_args, training_args)
+    train_dataset, eval_dataset, corpus = load_data(script_args, tokenizer, training_args.seed)
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))  # every rollout searches this index
+    ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
+    ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
+    TurnCreditGRPOTrainer.turn_credit_weight = script_args.turn_credit_weight
+
+    training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype,
+                                       "revision": model_args.model_revision,
+                                       "attn_implementation": model_args.attn_implementation}
+    rewards = [func for func, _ in RUBRIC]
+    rewards[0] = with_logging(rewards[0], script_args.print_samples_every)
+    rewards[0] = with_sample_saving(rewards[0], output_dir / "train_samples.jsonl", training_args.logging_steps,
+                                    script_args.train_samples_per_log)
+    if training_args.reward_weights is None:
+        training_args.reward_weights = [weight for _, weight in RUBRIC]
+    trainer_class = TurnCreditGRPOTrainer if script_args.turn_credit else GRPOTrainer
+    try:
+        trainer = trainer_class(
+            model=load_model(model_args),
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            environment_factory=ToolEnvironment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:
+        if "template" in str(error).lower():  # TRL parses tool calls only for templates it knows
+            raise RecipeError(f"'{model_args.model_name_or_path}' has a chat template TRL cannot drive tool calls "
+                              "with. Use a model of a supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, "
+                              "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
+        raise
+
+    main_process = trainer.accelerator.is_main_process
+    for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
+        if main_process:
+            (output_dir / name).unlink(missing_ok=True)
+    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
+                      max_rounds=training_args.max_tool_calling_iterations)
+    table = ("accuracy", "f1", "supporting_found", "supporting_searches", "searches", "tool_call_success")
+
+    def report(results):  # the run's facts beside the scores, written by the main process
+        if main_process:
+            results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
+                           corpus=script_args.corpus_name or script_args.dataset_name, corpus_size=len(corpus),
+                           turn_credit=script_args.turn_credit, num_processes=trainer.accelerator.num_processes,
+                           wall_time_seconds=round(time.time() - started, 1))
+            (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
+
+    if script_args.eval_only:  # no optimizer, no trainer state, no checkpoint
+        results = {"eval_only": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                         trajectories=output_dir / "eval_only.jsonl", **evaluation)}
+        report(results)
+        if main_process and results["eval_only"]:
+            scores = results["eval_only"]
+            print(f"\nheld-out ({scores['num_examples']} questions, greedy): "
+                  + ", ".join(f"{key} {scores[key]:.2f}" for key in table if scores[key] is not None))
+            if "signal" in scores:
+                print(signal_report(scores))
+            print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
+        trainer.accelerator.wait_for_everyone()
+        return results
+
+    results = {"before": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
+                                  trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
+    if main_process and "signal" in results["before"]:
+        print(signal_report(results["before"]))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome="exact_match_reward")
+    trainer.add_callback(monitor)
+    trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
+                                                                           len(eval_dataset)))),
+                                    script_args.mid_eval_steps, output_dir / "eval_midrun.jsonl", **evaluation))
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json: the full log history, next to the final model
+    results["after"] = evaluate(trainer, eval_dataset, trajectories=output_dir / "eval_after.jsonl",
+                                step=trainer.state.global_step, **evaluation)
+    if results["before"] and not any("eval/accuracy" in e for e in trainer.state.log_history):
+        # No mid-run evaluation: judge the reward against the held-out accuracy before and after instead
+        monitor.check(trainer.state.log_history, trainer.state.max_steps, evals=[
+            (0, results["before"]["accuracy"]), (trainer.state.global_step, results["after"]["accuracy"])])
+    results["warnings"] = monitor.warnings
+    results["global_step"] = trainer.state.global_step
+    report(results)
+    if main_process:
+        plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        if results["before"]:
+            print(f"\n{'held-out':<20}{'before':>8}{'after':>8}   ({results['after']['num_examples']} questions; "
+                  "accuracy is exact match)")
+            for key in table:
+                if results["before"][key] is not None:
+                    print(f"{key:<20}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+        print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
+                                                                   for w in monitor.warnings))
+        print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
+    trainer.accelerator.wait_for_everyone()  # the main process wrote the results: now all leave together
+    if hasattr(trainer, "end"):
+        trainer.end()  # closes trackers and the process group
+    return results
+
+
+# %% active="py"
+if __name__ == "__main__":
+    try:
+        main()
+    except RecipeError as error:
+        sys.exit(f"grpo_search.py: error: {error}")
