@@ -29,7 +29,7 @@ goes to the turn that earned it: the tokens of each assistant turn get the rollo
 that turn's own group-normalised reward (the idea of MT-GRPO), not one advantage for the whole rollout.
 
 Run it
-    python grpo_search.py                                  # no GPU: offline demo on a tiny model (~4 min)
+    python grpo_search.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
     python grpo_search.py --turn_credit                    # the same, with turn-level credit
     python grpo_search.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on HotpotQA
     python grpo_search.py --use_peft --learning_rate 2e-5  # LoRA
@@ -45,8 +45,10 @@ From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps",
 What to expect
     CPU demo (measured, 2 cores): made-up scholars, each with a home town and a mentor; "Where was
     the mentor of Scholar 318 born?" needs two searches. The tiny model imitated a sloppy teacher that
-    often answers after the first search with the scholar's own town. README.md has the figures
-    before and after training, with and without --turn_credit.
+    often answers after the first search with the scholar's own town. Before training, greedy, it
+    chains both searches on a third of the held-out questions and answers 0.22 of them right; after
+    80 steps it chains them on every question and answers 0.78. About 2.5 minutes. README.md has
+    the comparison with --turn_credit.
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two
     searches; a few hundred steps on HotpotQA raise exact match by a few points.
 Outputs, in --output_dir: checkpoints, the final model, eval.json (exact match, F1, supporting

@@ -23,6 +23,7 @@ Sections
     Shaping            numeric_answer_reward, soft_overlong_penalty, cosine_scaled_correctness,
                        repetition_penalty
     Tool use           tool_success_reward, tool_budget_penalty
+    Short answers      exact_match_reward, f1_reward (HotpotQA's normalisation; grpo_search.py's)
     LLM judge          llm_judge_reward
     Audit              GSM8K_RUBRIC, audit_cases(), audit(): `python rewards.py --audit`
 
@@ -956,6 +957,95 @@ def tool_budget_penalty(max_calls: int):
         return scores
 
     return tool_budget_penalty_reward
+
+
+# ---------------------------------------------------------------------------------------------
+# Short answers (question answering: HotpotQA, SQuAD, search agents)
+# ---------------------------------------------------------------------------------------------
+
+
+def exact_match_reward(completions, answer, **kwargs) -> list:
+    """1.0 when the last <answer>...</answer> equals a gold answer after HotpotQA's official normalisation.
+
+    >>> exact_match_reward(["<answer>The Eiffel Tower.</answer>"], answer=[["eiffel tower", "Tour Eiffel"]])
+    [1.0]
+
+    Range {0.0, 1.0}, or None when no gold answer is left after normalisation (an empty or
+    null label: a data error the model cannot be right or wrong about). `answer` holds a string
+    or a list of accepted answers per completion. Normalisation (HotpotQA's and SQuAD's): lower
+    case, punctuation removed, the articles a/an/the removed, whitespace collapsed. The answer
+    is the stripped text of the last <answer> block of the final assistant message.
+    Gaming: several <answer> blocks (only the last counts: pair it with a format reward that
+    wants exactly one); nothing else pays, since the match is exact.
+    """
+    import re
+    import string
+
+    def normalize(text):
+        text = "".join(ch for ch in str(text).lower() if ch not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+    def final_text(completion):
+        if isinstance(completion, str):
+            return completion
+        for message in reversed(completion or []):
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                return str(message.get("content") or "")
+        return ""
+
+    scores = []
+    for completion, gold in zip(completions, answer):
+        accepted = [normalize(a) for a in ([gold] if isinstance(gold, str) else list(gold or [])) if normalize(a)]
+        blocks = re.findall(r"<answer>(.*?)</answer>", final_text(completion), re.DOTALL)
+        scores.append(None if not accepted else float(bool(blocks) and normalize(blocks[-1].strip()) in accepted))
+    return scores
+
+
+def f1_reward(completions, answer, **kwargs) -> list:
+    """HotpotQA's official answer F1: word overlap of the last <answer> block with the best gold answer.
+
+    >>> f1_reward(["<answer>Tollmere town</answer>"], answer=["Tollmere"])
+    [0.6666666666666666]
+
+    Range [0.0, 1.0], or None when no gold answer is left after normalisation. Words are compared
+    after the normalisation of exact_match_reward; as in the official script, a yes/no/noanswer
+    gold or prediction scores 0 unless both are the same. 0.0 without an <answer> block.
+    Gaming: long answers that list many candidates keep recall high; precision limits what they
+    earn, and a format reward that caps the answer's length removes it. Use it as a small partial
+    term next to exact_match_reward, not alone.
+    """
+    import re
+    import string
+    from collections import Counter
+
+    def normalize(text):
+        text = "".join(ch for ch in str(text).lower() if ch not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+    def final_text(completion):
+        if isinstance(completion, str):
+            return completion
+        for message in reversed(completion or []):
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                return str(message.get("content") or "")
+        return ""
+
+    def f1(prediction, gold):
+        if prediction != gold and (prediction in ("yes", "no", "noanswer") or gold in ("yes", "no", "noanswer")):
+            return 0.0
+        common = sum((Counter(prediction.split()) & Counter(gold.split())).values())
+        if common == 0:
+            return 0.0
+        precision, recall = common / len(prediction.split()), common / len(gold.split())
+        return 2 * precision * recall / (precision + recall)
+
+    scores = []
+    for completion, gold in zip(completions, answer):
+        accepted = [normalize(a) for a in ([gold] if isinstance(gold, str) else list(gold or [])) if normalize(a)]
+        blocks = re.findall(r"<answer>(.*?)</answer>", final_text(completion), re.DOTALL)
+        scores.append(None if not accepted else max(f1(normalize(blocks[-1].strip()), a) for a in accepted)
+                      if blocks else 0.0)
+    return scores
 
 
 # ---------------------------------------------------------------------------------------------

@@ -411,3 +411,31 @@ def test_offline_demo_learns_to_chain_two_searches(tmp_path):
     state = json.loads((out / "trainer_state.json").read_text())
     midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
     assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out exact match during training, rising
+
+
+# ---- agreement with rewards.py --------------------------------------------------------------------
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ANSWER_CASES = [("<answer>Tollmere</answer>", "Tollmere"), ("<answer>the Tollmere.</answer>", ["x", "tollmere"]),
+                ("<answer>no it is</answer>", "no"), ("<answer>yes</answer>", "yes"), ("Tollmere", "Tollmere"),
+                ("<answer>a b c</answer>", "b c d e"), ("<answer>x</answer><answer>y</answer>", "y"),
+                ("<answer>x</answer>", "the"), ("<answer>x</answer>", []), ("<answer> An  Apple </answer>", "apple")]
+
+
+@pytest.mark.parametrize("text, gold", ANSWER_CASES)
+def test_answer_rewards_agree_with_rewards_py(text, gold):
+    import rewards
+
+    for completion in (text, [{"role": "assistant", "content": text}]):
+        assert gs.exact_match_reward([completion], answer=[gold]) == rewards.exact_match_reward([completion], answer=[gold])
+        assert gs.f1_reward([completion], answer=[gold]) == rewards.f1_reward([completion], answer=[gold])
+
+
+@given(text=st.text(), gold=st.one_of(st.text(), st.lists(st.text(), max_size=3)))
+def test_answer_rewards_agree_with_rewards_py_on_random_input(text, gold):
+    import rewards
+
+    for completion in (text, f"<answer>{text}</answer>", [{"role": "assistant", "content": f"<answer>{text}</answer>"}]):
+        assert gs.exact_match_reward([completion], answer=[gold]) == rewards.exact_match_reward([completion], answer=[gold])
+        assert gs.f1_reward([completion], answer=[gold]) == rewards.f1_reward([completion], answer=[gold])

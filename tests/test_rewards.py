@@ -71,7 +71,7 @@ CATALOGUE = [rewards.extract_xml_answer, rewards.extract_boxed, rewards.extract_
              rewards.lenient_format_reward, rewards.tag_count_reward, rewards.think_format_reward,
              rewards.numeric_answer_reward, rewards.soft_overlong_penalty, rewards.cosine_scaled_correctness,
              rewards.repetition_penalty, rewards.tool_success_reward, rewards.tool_budget_penalty,
-             rewards.llm_judge_reward]
+             rewards.exact_match_reward, rewards.f1_reward, rewards.llm_judge_reward]
 
 
 # --- docstrings -------------------------------------------------------------------------------
