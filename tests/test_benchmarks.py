@@ -83,3 +83,18 @@ def test_code_reward_benchmark_times_both_arms(tmp_path):
     assert report["ratio_harness_over_plain"] == pytest.approx(
         report["median_s"]["harness"] / report["median_s"]["plain process"])
     assert "ratio harness / plain process" in stdout
+
+
+def test_turn_credit_benchmark_runs_both_arms_with_one_seed(tmp_path):
+    report, stdout = run_benchmark("bench_turn_credit", ["--seeds", "42", "--max_steps", "2", "--eval_every", "1",
+                                                         "--eval_examples", "8", "--gains=-1,2"], tmp_path)
+    assert [run["turn_credit"] for run in report["runs"]] == [False, True]
+    for run in report["runs"]:
+        assert [e["step"] for e in run["evaluations"]] == [0, 1, 2]
+        assert run["targets"]["-1.00"]["step"] == 0  # a gain of -1: the start already meets the target
+        assert run["targets"]["+2.00"]["step"] is None  # exact match cannot gain 2
+    first = [run["evaluations"][0]["exact_match"] for run in report["runs"]]
+    assert first[0] == first[1]  # the same model on the same questions before training
+    assert report["grpo"]["targets"]["-1.00"]["reached"] == report["turn_credit"]["targets"]["-1.00"]["reached"] == "1 of 1"
+    assert report["grpo"]["targets"]["+2.00"]["reached"] == "0 of 1"
+    assert "turn_credit" in stdout
