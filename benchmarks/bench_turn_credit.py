@@ -100,7 +100,7 @@ def main():
             seconds = [r["targets"][name]["seconds"] for r in arm if r["targets"][name]["seconds"] is not None]
             result[name] = {"reached": f"{len(steps)} of {len(arm)}",
                             "median_steps": statistics.median(steps) if steps else None,
-                            "median_seconds": statistics.median(seconds) if seconds else None}
+                            "median_seconds": round(statistics.median(seconds), 1) if seconds else None}
         return {"targets": result,
                 "median_final_exact_match": statistics.median(r["final_exact_match"] for r in arm),
                 "median_final_supporting_searches": statistics.median(r["final_supporting_searches"] for r in arm)}
@@ -111,7 +111,9 @@ def main():
     print(f"\n{'arm':<13}{'target':>8}{'reached':>9}{'steps':>7}{'seconds':>9}   (medians over seeds)")
     for name in ("grpo", "turn_credit"):
         for target, s in report[name]["targets"].items():
-            print(f"{name:<13}{target:>8}{s['reached']:>9}{str(s['median_steps']):>7}{str(s['median_seconds']):>9}")
+            steps, seconds = s["median_steps"], s["median_seconds"]
+            print(f"{name:<13}{target:>8}{s['reached']:>9}{'-' if steps is None else f'{steps:g}':>7}"
+                  f"{'-' if seconds is None else f'{seconds:.1f}':>9}")
         print(f"{name:<13} final exact match {report[name]['median_final_exact_match']:.2f}, supporting searches "
               f"{report[name]['median_final_supporting_searches']:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
