@@ -415,10 +415,14 @@ def test_pathological_inputs_are_fast(name):
     rewards.symbolic_correctness_reward([wrap("x+1")], answer=["1+x"])  # the worker is up: time the scoring only
     for reward, (func, in_range) in REWARDS.items():
         for gold in ("72", "\\frac{\\sqrt{3}}{2}"):
-            start = time.perf_counter()
-            scores = func(completions=[completion], answer=[gold])
-            elapsed = time.perf_counter() - start
-            assert elapsed < 0.5, (reward, gold, elapsed)
+            elapsed = []
+            for _ in range(3):  # the best of three: a pause of the machine is not the reward's time
+                start = time.perf_counter()
+                scores = func(completions=[completion], answer=[gold])
+                elapsed.append(time.perf_counter() - start)
+                if elapsed[-1] < 0.5:
+                    break
+            assert min(elapsed) < 0.5, (reward, gold, elapsed)
             assert len(scores) == 1 and in_range(scores[0])
 
 
