@@ -686,7 +686,8 @@ def search_budget_penalty(completions, environments, **kwargs) -> list[float]:
 # above; keep the partial, format and search terms together well below a right answer.
 # %%
 # (reward function, weight). A right answer pays 1.0 (and its F1 0.2); a wrong one collects at most
-# 0.2 x F1 + 0.1 + 0.2 < 0.5 from the other terms (tests/test_grpo_search.py checks the cap).
+# 0.2 x F1 + 0.1 + 0.2 <= 0.5 from the other terms (F1 is 1 for the right words in another order,
+# e.g. "Tower Eiffel"); tests/test_grpo_search.py checks the cap.
 RUBRIC = [
     (exact_match_reward, 1.0),
     (f1_reward, 0.2),

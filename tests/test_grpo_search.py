@@ -174,6 +174,7 @@ def test_a_document_opened_first_is_not_new_to_a_later_search(index):
     ("<answer>Tollmere</answer>", "Tollmere", 1.0, 1.0, 1.0),
     ("<answer>the Tollmere.</answer>", "tollmere", 1.0, 1.0, 1.0),  # articles, case and punctuation
     ("<answer>Tollmere town</answer>", "Tollmere", 0.0, 2 / 3, 1.0),
+    ("<answer>Tower Eiffel</answer>", "Eiffel Tower", 0.0, 1.0, 1.0),  # the right words in another order
     ("<answer>yes</answer>", "no", 0.0, 0.0, 1.0),
     ("<answer>no it is</answer>", "no", 0.0, 0.0, 1.0),  # a yes/no gold needs exactly yes/no (official rule)
     ("<answer>Tollmere is it</answer>", "Tollmere", 0.0, 0.5, 1.0),
