@@ -268,6 +268,11 @@ def load_data(script_args, tokenizer, seed):
     splits = []
     for rows in (train, test):
         rows = rows.map(to_prompt, remove_columns=[c for c in rows.column_names if c != "answer"])
+        labelled = rows.filter(lambda row: gold_number(row["answer"]) is not None)
+        if len(labelled) < len(rows):  # broken labels teach nothing: say so, and train on the rest
+            print(f"dropped {len(rows) - len(labelled)} of {len(rows)} rows whose answer states no single number "
+                  "(check --answer_column)")
+        rows = labelled
         before = len(rows)
         rows = rows.filter(fits)
         if len(rows) < before:
@@ -337,13 +342,16 @@ def gold_number(answer: str):
 # The reward that matters most, 1.0 for the gold number in the answer block: edit it, then run it and every cell
 # below again.
 # %%
-def correctness_reward(completions, answer, **kwargs) -> list[float]:
-    """1.0 when the one <answer> block states the gold number, else 0.0."""
+def correctness_reward(completions, answer, **kwargs) -> list:
+    """1.0 when the one <answer> block states the gold number, else 0.0; None when the gold states none."""
     scores = []
     for completion, gold in zip(completions, answer):
+        target = gold_number(gold)
+        if target is None:  # a broken label (load_data drops them): no say, as in rewards.py
+            scores.append(None)
+            continue
         content = extract_answer(completion_text(completion))
         value = parse_number(content) if content is not None else None
-        target = gold_number(gold)
         scores.append(1.0 if value is not None and value == target else 0.0)
     return scores
 

@@ -47,8 +47,9 @@ CORRECTNESS_CASES = [
     ("<answer>72</answer><answer>72</answer>", "72", False),  # several blocks
     ("<answer>73</answer><answer>72</answer>", "72", False),
     ("</answer>72<answer>", "72", False),  # reversed tags
-    (wrap("72"), "no number here", False),  # unusable gold never pays
-    (wrap("1" * 5000), "1" * 5000, False),  # absurdly long numbers are not answers
+    (wrap("72"), "no number here", None),  # a broken gold never pays, nor is it held against the model
+    (wrap("1" * 5000), "1" * 5000, None),  # absurdly long numbers are not answers, nor golds
+    (wrap("1" * 5000), "72", False),
     ([{"role": "assistant", "content": wrap("72")}], "72", True),  # chat-message completions
     ([{"role": "user", "content": wrap("72")}], "72", False),  # only the assistant's text counts
     ([], "72", False),
@@ -57,7 +58,7 @@ CORRECTNESS_CASES = [
 
 @pytest.mark.parametrize("completion, gold, correct", CORRECTNESS_CASES)
 def test_correctness_semantics(completion, gold, correct):
-    assert gm.correctness_reward([completion], answer=[gold]) == [1.0 if correct else 0.0]
+    assert gm.correctness_reward([completion], answer=[gold]) == [None if correct is None else float(correct)]
 
 
 def test_gold_number_reads_gsm8k():
@@ -139,5 +140,5 @@ tag_soup = st.lists(st.sampled_from(["<reasoning>", "</reasoning>", "<answer>", 
 def test_rewards_never_raise_and_stay_in_range(completion, gold):
     for func in REWARDS:
         first = func([completion], answer=[gold])
-        assert len(first) == 1 and 0.0 <= first[0] <= 1.0
+        assert len(first) == 1 and (first[0] is None or 0.0 <= first[0] <= 1.0)  # None: a broken gold
         assert func([completion], answer=[gold]) == first  # deterministic

@@ -6,6 +6,7 @@ import doctest
 import http.server
 import inspect
 import json
+import pickle
 import random
 import re
 import socket
@@ -46,7 +47,7 @@ GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+2
 
 # Every reward, built with the parameters the tests use: name -> (callable, predicate on one score).
 REWARDS = {
-    "correctness_reward": (rewards.correctness_reward, lambda s: s in (0.0, 1.0)),
+    "correctness_reward": (rewards.correctness_reward, lambda s: s is None or s in (0.0, 1.0)),
     "symbolic_correctness_reward": (rewards.symbolic_correctness_reward, lambda s: s is None or s in (0.0, 1.0)),
     "strict_format_reward": (rewards.strict_format_reward, lambda s: s in (0.0, 1.0)),
     "lenient_format_reward": (rewards.lenient_format_reward, lambda s: s in (0.0, 1.0)),
@@ -54,7 +55,8 @@ REWARDS = {
     "think_format_reward": (rewards.think_format_reward, lambda s: s in (0.0, 1.0)),
     "numeric_answer_reward": (rewards.numeric_answer_reward, lambda s: s in (0.0, 1.0)),
     "overlong": (rewards.soft_overlong_penalty(100, 20), lambda s: -1.0 <= s <= 0.0),
-    "cosine": (rewards.cosine_scaled_correctness(100, rewards.correctness_reward), lambda s: -1.0 <= s <= 1.0),
+    "cosine": (rewards.cosine_scaled_correctness(100, rewards.correctness_reward),
+               lambda s: s is None or -1.0 <= s <= 1.0),
     "repetition": (rewards.repetition_penalty(ngram_size=2, max_penalty=-0.5), lambda s: -0.5 <= s <= 0.0),
     "tool_success_reward": (rewards.tool_success_reward, lambda s: s is None or 0.0 <= s <= 1.0),
     "tool_budget": (rewards.tool_budget_penalty(2), lambda s: -1.0 <= s <= 0.0),
@@ -71,7 +73,8 @@ CATALOGUE = [rewards.extract_xml_answer, rewards.extract_boxed, rewards.extract_
              rewards.lenient_format_reward, rewards.tag_count_reward, rewards.think_format_reward,
              rewards.numeric_answer_reward, rewards.soft_overlong_penalty, rewards.cosine_scaled_correctness,
              rewards.repetition_penalty, rewards.tool_success_reward, rewards.tool_budget_penalty,
-             rewards.exact_match_reward, rewards.f1_reward, rewards.llm_judge_reward]
+             rewards.exact_match_reward, rewards.f1_reward, rewards.llm_judge_reward,
+             rewards.group_judge_reward]
 
 
 # --- docstrings -------------------------------------------------------------------------------
@@ -94,7 +97,7 @@ def test_docstring_has_example_range_and_gaming(func):
 
 
 def test_every_public_function_is_in_the_catalogue():
-    public = {name for name, obj in vars(rewards).items() if isinstance(obj, types.FunctionType)
+    public = {name for name, obj in vars(rewards).items() if isinstance(obj, (types.FunctionType, type))
               and obj.__module__ == "rewards" and not name.startswith("_")}
     tooling = {"audit", "audit_cases", "format_audit", "main"}
     assert public - tooling == {func.__name__ for func in CATALOGUE}
@@ -163,7 +166,9 @@ TABLE = [
     ("correctness_reward", wrap("73", reasoning="it is 72"), "72", 0.0),
     ("correctness_reward", wrap("72") + "<answer>72</answer>", "72", 0.0),
     ("correctness_reward", "<answer>\n72", "72", 0.0),
-    ("correctness_reward", wrap("1" * 41), "1" * 41, 0.0),
+    ("correctness_reward", wrap("1" * 41), "1" * 41, None),  # a gold no number can match: a broken label
+    ("correctness_reward", wrap("1" * 41), "72", 0.0),
+    ("correctness_reward", wrap("72"), "72 or 73", None),
     ("correctness_reward", [{"role": "user", "content": wrap("72")}], "72", 0.0),
     # symbolic: numbers, fractions, LaTeX; the fast path and math-verify
     ("symbolic_correctness_reward", wrap("72"), GSM8K_GOLD, 1.0),
@@ -578,8 +583,8 @@ def global_names(code) -> set:
 
 @pytest.mark.parametrize("func", CATALOGUE, ids=lambda f: f.__name__)
 def test_uses_nothing_from_this_file(func):
-    pasted = paste(func)
-    assert global_names(pasted.__code__) - set(dir(builtins)) - {func.__name__} == set()
+    code = compile(inspect.getsource(func), f"<pasted {func.__name__}>", "exec")  # a function or a class, whole
+    assert global_names(code) - set(dir(builtins)) - {func.__name__} == set()
 
 
 EXAMPLES = [wrap("72"), wrap("73"), wrap("\\frac{\\sqrt{3}}{2}"), "<think>\nhm\n</think>\n\\boxed{72}",
@@ -749,3 +754,51 @@ def test_judge_any_reply_gives_a_score_in_range(judge_server, reply):
         warnings.simplefilter("ignore", RuntimeWarning)
         score = make_judge(judge_server, fallback_score=0.0)(completions=["72"])
     assert len(score) == 1 and 0.0 <= score[0] <= 1.0
+
+
+# --- every reward pickles (TRL's asynchronous rollout workers receive them pickled) ----------------
+
+@pytest.mark.parametrize("make", [
+    lambda: rewards.correctness_reward, lambda: rewards.symbolic_correctness_reward,
+    lambda: rewards.strict_format_reward, lambda: rewards.lenient_format_reward, lambda: rewards.tag_count_reward,
+    lambda: rewards.think_format_reward, lambda: rewards.numeric_answer_reward,
+    lambda: rewards.soft_overlong_penalty(10, 5), lambda: rewards.cosine_scaled_correctness(10, rewards.correctness_reward),
+    lambda: rewards.repetition_penalty(2, -0.5), lambda: rewards.tool_success_reward,
+    lambda: rewards.tool_budget_penalty(1), lambda: rewards.exact_match_reward, lambda: rewards.f1_reward,
+    lambda: rewards.llm_judge_reward("http://127.0.0.1:9/v1", "m", "r", timeout=1, retries=0, fallback_score=0.5),
+    lambda: rewards.group_judge_reward("http://127.0.0.1:9/v1", "m", timeout=1, retries=0, fallback_score=0.5),
+], ids=lambda make: make().__name__)
+def test_every_reward_pickles_and_scores_the_same(make):
+    reward = make()
+    copy = pickle.loads(pickle.dumps(reward))
+    assert copy.__name__ == reward.__name__  # the logged metric name survives
+    prompts = ["What is 48 + 24?"] * len(EXAMPLES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the judges warn that nothing listens
+        for gold in ("72", "\\frac{\\sqrt{3}}{2}"):
+            expected = reward(completions=EXAMPLES, answer=[gold] * len(EXAMPLES), prompts=prompts)
+            assert copy(completions=EXAMPLES, answer=[gold] * len(EXAMPLES), prompts=prompts) == expected
+
+
+def test_the_factories_keep_their_logged_names():
+    assert [f.__name__ for f in (rewards.soft_overlong_penalty(10, 5), rewards.cosine_scaled_correctness(10, always_right),
+                                 rewards.repetition_penalty(), rewards.tool_budget_penalty(1),
+                                 rewards.llm_judge_reward("http://x/v1", "m", "r"),
+                                 rewards.group_judge_reward("http://x/v1", "m"))] == \
+        ["soft_overlong_penalty_reward", "cosine_scaled_correctness_reward", "repetition_penalty_reward",
+         "tool_budget_penalty_reward", "llm_judge", "group_judge"]
+
+
+def test_a_broken_gold_is_skipped_and_counted_not_held_against_the_model():
+    completions = [wrap("72")] * 4
+    golds = ["#### 72", "#### n/a", "", "72 or 73"]
+    rewards.correctness_reward.__dict__.pop("broken_golds", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert rewards.correctness_reward(completions, answer=golds) == [1.0, None, None, None]
+        for _ in range(3):  # 3 more each: 6, 9, 12 in all; the count passes 10 once
+            rewards.correctness_reward(completions, answer=golds)
+    lines = [str(w.message) for w in caught if "correctness_reward" in str(w.message)]
+    assert len(lines) == 2 and "3 gold answer(s)" in lines[0] and "12 gold answer(s)" in lines[1]
+    assert rewards.correctness_reward.broken_golds == 12
+    assert gm.correctness_reward(completions, answer=golds) == [1.0, None, None, None]  # the script's copy agrees
