@@ -204,7 +204,9 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     leniency remains for expression golds (0.333333 passes for 1/3).
     """
     import atexit
+    import functools
     import json
+    import math
     import os
     import queue
     import re
@@ -266,6 +268,7 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
         text = re.sub(r"^(?:the\s+)?(?:final\s+)?answer\b\s*(?:is\b)?\s*:?", "", text.strip(), flags=re.I)
         return re.sub(r"(?<!\.)\.$", "", text.strip()).strip()  # a final period, not an ellipsis
 
+    @functools.lru_cache(maxsize=4096)  # a group's gold, and its repeated answers, are read once
     def normalise(text):  # plain(text) without spelling differences that never change the value
         text = re.sub(r"\\(?:left|right)(?![A-Za-z])\.?|\\displaystyle", "", plain(text))
         text = re.sub(r"\\[dtc]frac(?![A-Za-z])", r"\\frac", text)
@@ -277,6 +280,7 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
             text = re.sub(r"(?<![A-Za-z0-9]) | (?![A-Za-z0-9])", "", text)  # keep spaces between words
         return text
 
+    @functools.lru_cache(maxsize=4096)
     def number(text):  # the exact value of a plain number (72, -0.5, 1,000, 3/4, \frac{3}{4}, 1.2\times 10^{5})
         match = re.fullmatch(r"([-+]?)(?:(?:(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:\\times|\\cdot) ?)?"
                              r"10\^(?:\{(-?\d{1,3})\}|(\d))|(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
@@ -294,6 +298,116 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 return None
             value = Fraction(numerator, denominator)
         return -value if sign == "-" else value
+
+    class R(float):  # a float that refuses magnitudes beyond 1e9
+        pass
+
+    def checked(operation):
+        def method(*arguments):
+            result = operation(*arguments)
+            if isinstance(result, complex) or not abs(result) <= 1e9:
+                raise ValueError("beyond 1e9")
+            return R(result)
+        return method
+
+    for name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "pow", "rpow", "neg"):
+        setattr(R, f"__{name}__", checked(getattr(float, f"__{name}__")))
+
+    def values(text):  # (variables, values at 3 points) of a real expression in + - * / ^ \frac \sqrt \pi, else None
+        # Translated token by token into Python over floats that refuse magnitudes beyond 1e9 (where rounding
+        # could hide a difference); anything else (e, i, f(x), mixed numbers, x^23) is left to math-verify.
+        tokens = re.findall(r"\\[A-Za-z]+|\d+(?:\.\d+)?|\S", text, re.ASCII)
+        if len(text) > 200 or re.search(r"\d ?\\frac|\^\d\d|[A-Za-z]\(", text):
+            return None
+        python, closers, names, operand = [], [], set(), False
+        for token in tokens:
+            starts = token[0].isalnum() or token in ("(", "{", "\\pi", "\\frac", "\\sqrt")
+            if operand and starts:
+                if token[0].isdigit():
+                    return None  # '2 3', 'x2': not a product math-verify would read as one
+                python.append("*")
+            if token in ("\\frac", "\\sqrt"):
+                python.append("(" if token == "\\frac" else "sqrt")
+                closers.append("frac" if token == "\\frac" else "sqrt")
+            elif token == "{":
+                opener = closers.pop() if closers and closers[-1] in ("frac", "sqrt", "denominator") else None
+                python.append("(")
+                closers.append({"frac": ")/", "denominator": "))"}.get(opener, ")"))
+            elif token == "}" and closers and closers[-1] in (")", ")/", "))"):
+                closer = closers.pop()
+                python.append(closer)
+                if closer == ")/":
+                    closers.append("denominator")
+            elif token[0].isdigit():
+                python.append(f"R({token})")
+            elif len(token) == 1 and token in "abcknrstxyz":
+                python.append(token)
+                names.add(token)
+            else:
+                python.append({"\\pi": "R(pi)", "\\cdot": "*", "\\times": "*", "^": "**", "+": "+", "-": "-",
+                               "/": "/", "(": "(", ")": ")"}.get(token, "?"))
+                if python[-1] == "?":
+                    return None
+            operand = python[-1].startswith("R(") or python[-1] in names or python[-1] in (")", "))")
+        if closers:
+            return None
+        points = [{name: R(0.5 + 0.37 * offset + 0.113 * "abcknrstxyz".index(name)) for name in names}
+                  for offset in (0.1, 1.3, 2.9)]  # positive: \sqrt{x} stays real
+        try:
+            source = compile("".join(python), "<answer>", "eval")  # built from the tokens above only
+            results = [float(eval(source, {"__builtins__": {}}, {"R": checked(float), "pi": math.pi,
+                                                                   "sqrt": checked(math.sqrt), **point}))
+                       for point in points]
+        except (ValueError, ArithmeticError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return None
+        return frozenset(names), results
+
+    @functools.lru_cache(maxsize=4096)
+    def shape(text):  # ("set" or the brackets of an interval, [constant values]) or ("", values(text))
+        kind = "set" if text[:2] == "\\{" and text[-2:] == "\\}" else text[0] + text[-1] if re.fullmatch(
+            r"[(\[].*,.*[)\]]", text) else ""
+        inner, items, depth = text[2:-2] if kind == "set" else text[1:-1], [""], 0
+        for char in inner if kind else "":
+            depth += (char in "{([") - (char in "})]")
+            items[-1:] = [items[-1], ""] if char == "," and depth == 0 else [items[-1] + char]
+        if not kind or depth or (kind != "set" and len(items) != 2):
+            return "", values(text)
+        items = [values(item) for item in items]
+        if any(item is None or item[0] for item in items):
+            return kind, None  # a variable or something unread inside: math-verify decides
+        return kind, [item[1][0] for item in items]
+
+    def fast_verdict(gold, pred):  # 1.0 or 0.0 when the values settle it, else None (math-verify decides)
+        (gold_kind, gold_value), (pred_kind, pred_value) = shape(gold), shape(pred)
+
+        def apart(g, p):  # unequal at any precision math-verify compares with
+            return abs(g - p) > 1e-4 * max(1.0, abs(g), abs(p))
+
+        def same(g, p):  # equal to float rounding (magnitudes are below 1e9)
+            return abs(g - p) <= 1e-12 * max(1.0, abs(g), abs(p))
+
+        if gold_value is None or pred_value is None:
+            return None
+        if gold_kind == pred_kind == "":  # expressions: in the same variables, apart at a point is wrong
+            if gold_value[0] != pred_value[0]:
+                return None
+            if any(map(apart, gold_value[1], pred_value[1])):
+                return 0.0
+            return 1.0 if not gold_value[0] and all(map(same, gold_value[1], pred_value[1])) else None
+        if gold_kind == pred_kind == "set":  # {3} = 3 to math-verify: only sets against sets here
+            if any(all(apart(g, p) for p in pred_value) for g in gold_value) or \
+                    any(all(apart(g, p) for g in gold_value) for p in pred_value):
+                return 0.0
+            matched = all(any(same(g, p) for p in pred_value) for g in gold_value) and \
+                all(any(same(g, p) for g in gold_value) for p in pred_value)
+            return 1.0 if matched else None
+        if "set" in (gold_kind, pred_kind) or not gold_kind or not gold_value[0] < gold_value[1] - 1e-4:
+            return None  # tuples, reversed or empty intervals: math-verify decides
+        if pred_kind:  # two intervals
+            if pred_kind != gold_kind or any(map(apart, gold_value, pred_value)):
+                return 0.0
+            return 1.0 if all(map(same, gold_value, pred_value)) else None
+        return None if pred_value[0] else 0.0  # a number is not an interval
 
     # math-verify in a reusable worker process: a hung sympy call can be killed, a thread cannot.
     worker_source = "\n".join([
@@ -376,6 +490,8 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
                 score = 0.0  # arithmetic (sympy would compute it), or several numbers
             else:
                 score = math_verify(plain(gold_text), plain(pred_text))
+        elif (verdict := fast_verdict(gold, pred)) is not None:
+            score = verdict  # values far apart (or equal constants): math-verify would say the same
         else:
             score = math_verify(plain(gold_text), plain(pred_text))
         if score is None:
