@@ -1260,11 +1260,18 @@ class group_judge_reward:
             response = self.text_of(completion)[:self.max_response_chars].replace("</response>", "</_response>")
             parts.append(f"<response id=\"{number}\">\n{response}\n</response>")
         try:
-            reply = self.ask("\n\n".join(parts))
-            found = json.loads(reply[reply.index("{"):reply.rindex("}") + 1])["scores"]
+            reply, found = self.ask("\n\n".join(parts)), None
+            for start in [i for i, char in enumerate(reply) if char == "{"]:  # the first {"scores": ...} object
+                try:
+                    found = json.JSONDecoder().raw_decode(reply, start)[0]["scores"]
+                    break
+                except (ValueError, KeyError, TypeError, IndexError):
+                    continue
             if not isinstance(found, list) or len(found) != len(completions):
                 raise ValueError(f"{len(found) if isinstance(found, list) else 'no'} scores for {len(completions)} "
                                  f"responses in the judge's reply {reply[:80]!r}")
+            if not all(type(score) in (int, float) for score in found):  # not true/false, not "0.5"
+                raise ValueError(f"a score that is not a number in the judge's reply {reply[:80]!r}")
             scores = [float(score) for score in found]
             if not all(math.isfinite(score) and 0 <= score <= 1 for score in scores):
                 raise ValueError(f"a score outside [0, 1] in the judge's reply {reply[:80]!r}")

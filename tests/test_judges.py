@@ -1,0 +1,349 @@
+"""Both LLM judges of rewards.py against a real OpenAI-compatible server: `transformers serve` on the tiny demo model.
+
+The tiny model's replies are noise (no 'Score: N', no JSON), so most judging fails and must fall back; a
+logit bias forces a reply where a real score is needed. One server serves the whole module; the test
+that kills a server mid-call starts its own. A server that does not start fails the tests (never skips).
+"""
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import pytest
+
+import rewards
+
+MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny-qwen-math"
+MODEL = str(MODEL_DIR)  # the served name: requests must send exactly this (the judges send their `model`)
+RECEIVED = "[Request received]"  # transformers serve logs this once per chat request it starts
+ANSWERED = '"POST /v1/chat/completions HTTP/1.1" 200'  # uvicorn's access log, once per reply sent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:  # bound, read, closed: nothing listens on it afterwards
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def die_with_parent():  # Linux: the server is killed if pytest itself dies, so no server outlives the tests
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Server:
+    """`transformers serve MODEL_DIR` on 127.0.0.1 and a free port, on CPU, logging to `log`."""
+
+    def __init__(self, log: Path):
+        self.log, self.port, self.proc = log, free_port(), None
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, wait: float = 120.0):
+        command = [str(Path(sys.prefix) / "bin" / "transformers"), "serve", MODEL, "--host", "127.0.0.1",
+                   "--port", str(self.port), "--device", "cpu"]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_UPDATE_CHECK="1", CUDA_VISIBLE_DEVICES="",
+                   PYTHONUNBUFFERED="1", TRANSFORMERS_VERBOSITY="warning")
+        with open(self.log, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                             env=env, preexec_fn=die_with_parent())
+            except OSError as error:
+                pytest.fail(f"cannot run {command[0]} (is transformers[serving] installed?): {error}")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with opener.open(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        code = self.proc.poll()
+        self.stop()
+        why = f"exited with code {code}" if code is not None else f"was not ready (GET /health) in {wait:.0f} s"
+        pytest.fail(f"transformers serve {why}; command: {' '.join(command)}; its log's tail:\n{self.tail()}")
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGCONT)  # a stopped process would not act on SIGTERM
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def count(self, marker: str = RECEIVED) -> int:
+        return self.text().count(marker)
+
+    def settle(self, quiet: float = 0.5, limit: float = 30.0):
+        """Wait until the log has not grown for `quiet` s: requests left over by an earlier test are done."""
+        deadline, size, since = time.monotonic() + limit, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.log.stat().st_size
+            if now != size:
+                size, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(0.05)
+        pytest.fail(f"the server's log kept growing for {limit} s:\n{self.tail()}")
+
+    @contextlib.contextmanager
+    def stopped(self):
+        """SIGSTOP the server: connections are still accepted, nothing is answered. SIGCONT afterwards, always."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("judge_server") / "server.log")
+    try:
+        srv.start()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@contextlib.contextmanager
+def judge_warnings():
+    """Collects the judges' RuntimeWarning lines (emitted from the calling thread)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lines = []
+        yield lines
+    lines += [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning) and "judge" in str(w.message)]
+
+
+def spy_on(judge) -> tuple:
+    """Records the user message of each request the judge sends, and each reply, while still asking the server."""
+    sent, replies, real = [], [], judge.ask
+
+    def ask(user_content):
+        sent.append(user_content)
+        replies.append(real(user_content))
+        return replies[-1]
+
+    judge.ask = ask
+    return sent, replies
+
+
+def chat(content: str, role: str = "user") -> list:
+    return [{"role": "system", "content": "Solve it."}, {"role": role, "content": content}]
+
+
+FALLBACK = -1.0  # outside [0, 1], so a fallback cannot pass for a score
+
+
+def test_server_runs_the_pinned_model(server):
+    reply = rewards.llm_judge_reward(server.url, MODEL, "Grade.", timeout=60, retries=0,
+                                     fallback_score=FALLBACK).ask("Say something.")
+    assert isinstance(reply, str) and reply  # a real generation came back through the judge's own client
+
+
+def test_llm_judge_falls_back_on_unparsable_replies_with_one_warning(server):
+    judge = rewards.llm_judge_reward(server.url, MODEL, "Grade the arithmetic.", fallback_score=FALLBACK)
+    sent, _ = spy_on(judge)
+    prompts = [chat("What is 48 + 24?"), "What is 2 + 2?", chat("What is 48 + 24?"), "What is 9 * 9?",
+               chat("What is 7 - 3?"), "What is 1 + 1?"]
+    completions = ["72", [{"role": "assistant", "content": "It is 4."}], "<answer>73</answer>", "81", "4", "Two."]
+    answer = ["72", "4", "72", "81", "4", "2"]
+    server.settle()
+    before = server.count()
+    with judge_warnings() as lines:
+        scores = judge(completions=completions, prompts=prompts, answer=answer)
+    assert len(scores) == len(completions)
+    assert all(score == FALLBACK or 0.0 <= score <= 1.0 for score in scores), scores
+    failed = scores.count(FALLBACK)
+    assert failed >= 1, f"the noise model is expected to give at least one reply without a score: {scores}"
+    assert judge.failures == failed
+    assert len(lines) == 1 and "no 'Score: N'" in lines[0] and judge.url in lines[0], lines
+    assert server.count() - before == len(completions)  # one request per completion; bad replies are not retried
+    # what was sent: the question (last user message, or the string), the reference, the response
+    assert len(sent) == len(completions)
+    for prompt, completion, gold in zip(prompts, completions, answer):
+        question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        response = completion if isinstance(completion, str) else completion[-1]["content"]
+        expected = f"Question:\n{question}\n\nReference answer:\n{gold}\n\n<response>\n{response}\n</response>"
+        assert expected in sent
+    # temperature 0: the same batch scores the same; the first warning was the only one
+    with judge_warnings() as lines:
+        assert judge(completions=completions, prompts=prompts, answer=answer) == scores
+    assert lines == [] and judge.failures == 2 * failed
+
+
+def test_llm_judge_parses_a_real_reply(server):
+    from transformers import AutoTokenizer
+
+    seven = AutoTokenizer.from_pretrained(MODEL_DIR).encode("7", add_special_tokens=False)
+    assert len(seven) == 1, seven
+    judge = rewards.llm_judge_reward(server.url, MODEL, "Grade the arithmetic.", timeout=60, retries=0,
+                                     fallback_score=FALLBACK,
+                                     extra_body={"logit_bias": {str(seven[0]): 100.0}, "max_tokens": 1})
+    sent, replies = spy_on(judge)
+    with judge_warnings() as lines:
+        scores = judge(completions=["72", "73", [{"role": "assistant", "content": "72"}]],
+                       prompts=["What is 48 + 24?"] * 3, answer=["72"] * 3)
+    assert replies == ["7"] * 3 and len(sent) == 3  # the forced one-token reply, parsed as a bare number
+    assert scores == [0.7, 0.7, 0.7]
+    assert lines == [] and judge.failures == 0
+
+
+def test_group_judge_makes_one_call_per_prompt(server):
+    judge = rewards.group_judge_reward(server.url, MODEL, timeout=60, retries=0, fallback_score=FALLBACK,
+                                       max_tokens=128)
+    sent, _ = spy_on(judge)
+    a, b, c = chat("What is 48 + 24?"), "What is 2 + 2?", chat("What is 9 * 9?")
+    prompts = [a, b, a, c, b, a]
+    completions = ["72", "4", "73", "81", "5", [{"role": "assistant", "content": "seventy-two"}]]
+    answer = ["72", "4", "72", "81", "4", "72"]
+    server.settle()
+    before = server.count()
+    with judge_warnings() as lines:
+        scores = judge(completions=completions, prompts=prompts, answer=answer)
+    assert server.count() - before == 3  # one request per distinct prompt, not one per completion
+    assert len(scores) == len(completions)
+    assert all(score == FALLBACK or 0.0 <= score <= 1.0 for score in scores), scores
+    groups = {"a": [0, 2, 5], "b": [1, 4], "c": [3]}
+    failed = 0
+    for positions in groups.values():  # a failed group falls back as a whole
+        members = [scores[i] for i in positions]
+        if FALLBACK in members:
+            assert members == [FALLBACK] * len(members), scores
+            failed += 1
+    assert failed >= 1, f"the noise model is expected to give at least one reply that is not the JSON: {scores}"
+    assert judge.failures == failed
+    assert len(lines) == 1 and "group judge" in lines[0], lines
+    # each request holds its own group's responses only, numbered in their order in the batch
+    assert len(sent) == 3
+    by_task = {content.split("\n\n")[0]: content for content in sent}
+    assert set(by_task) == {"Task:\nWhat is 48 + 24?", "Task:\nWhat is 2 + 2?", "Task:\nWhat is 9 * 9?"}
+    assert by_task["Task:\nWhat is 48 + 24?"].endswith(
+        'Reference answer:\n72\n\n<response id="1">\n72\n</response>\n\n<response id="2">\n73\n</response>\n\n'
+        '<response id="3">\nseventy-two\n</response>')
+    assert by_task["Task:\nWhat is 2 + 2?"].endswith(
+        '<response id="1">\n4\n</response>\n\n<response id="2">\n5\n</response>')
+    assert by_task["Task:\nWhat is 9 * 9?"].endswith('<response id="1">\n81\n</response>')
+
+    # a group larger than max_group_size is judged in chunks: 4 completions, chunks of 2 -> 2 calls
+    chunked = rewards.group_judge_reward(server.url, MODEL, timeout=60, retries=0, fallback_score=FALLBACK,
+                                         max_tokens=128, max_group_size=2)
+    sent, _ = spy_on(chunked)
+    before = server.count()
+    with judge_warnings() as lines:
+        scores = chunked(completions=["1", "2", "3", "4"], prompts=[b] * 4, answer=["4"] * 4)
+    assert server.count() - before == 2 and len(sent) == 2
+    assert all(content.count("<response id=") == 2 for content in sent)
+    for chunk in (scores[:2], scores[2:]):
+        assert chunk == [FALLBACK] * 2 or all(0.0 <= score <= 1.0 for score in chunk), scores
+    assert chunked.failures == [scores[:2], scores[2:]].count([FALLBACK] * 2)
+    assert len(lines) == (1 if chunked.failures else 0)
+
+
+@pytest.mark.parametrize("retries, limit", [(0, 4.0), (1, 4.5)])
+def test_llm_judge_waits_in_parallel_on_a_stopped_server(server, retries, limit):
+    judge = rewards.llm_judge_reward(server.url, MODEL, "Grade.", timeout=1.0, retries=retries, backoff=0.1,
+                                     max_workers=8, max_tokens=1, fallback_score=FALLBACK)
+    server.settle()
+    with server.stopped(), judge_warnings() as lines:
+        start = time.monotonic()
+        scores = judge(completions=[str(n) for n in range(8)], prompts=["What is 48 + 24?"] * 8)
+        elapsed = time.monotonic() - start
+    # 8 requests one after another would take 8 * (retries + 1) s; in parallel, (retries + 1) s and the backoff
+    assert (retries + 1) * 1.0 <= elapsed < limit, elapsed
+    assert scores == [FALLBACK] * 8 and judge.failures == 8
+    assert len(lines) == 1 and "timed out" in lines[0], lines
+    server.settle()  # the stale requests run now; let them finish before the next test counts requests
+
+
+def test_group_judge_waits_in_parallel_on_a_stopped_server(server):
+    judge = rewards.group_judge_reward(server.url, MODEL, timeout=1.0, retries=0, max_workers=8, max_tokens=1,
+                                       fallback_score=FALLBACK)
+    prompts = [f"What is {n} + {n}?" for n in range(5)] * 2  # 5 groups of 2
+    server.settle()
+    with server.stopped(), judge_warnings() as lines:
+        start = time.monotonic()
+        scores = judge(completions=[str(n) for n in range(10)], prompts=prompts)
+        elapsed = time.monotonic() - start
+    assert 1.0 <= elapsed < 4.0, elapsed  # 5 calls in parallel, not 5 s one after another
+    assert scores == [FALLBACK] * 10 and judge.failures == 5
+    assert len(lines) == 1 and "timed out" in lines[0], lines
+    server.settle()
+
+
+@pytest.mark.parametrize("make", [
+    lambda url, **kw: rewards.llm_judge_reward(url, MODEL, "Grade.", **kw),
+    lambda url, **kw: rewards.group_judge_reward(url, MODEL, **kw),
+], ids=["llm_judge", "group_judge"])
+def test_judge_survives_a_server_killed_mid_call(tmp_path, make):
+    doomed = Server(tmp_path / "server.log")
+    try:
+        doomed.start()
+        # a long generation (the end token suppressed), so that the kill comes while the server is busy on it
+        judge = make(doomed.url, timeout=30.0, retries=2, backoff=0.1, max_tokens=1000, fallback_score=FALLBACK,
+                     extra_body={"logit_bias": {"2": -100.0}})
+        killed = threading.Event()
+
+        def kill_when_busy():  # SIGKILL ~0.5 s after the server starts generating for the judge
+            deadline = time.monotonic() + 20
+            while doomed.count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.5)
+            doomed.proc.kill()
+            killed.set()
+
+        timer = threading.Thread(target=kill_when_busy, daemon=True)
+        with judge_warnings() as lines:
+            start = time.monotonic()
+            timer.start()
+            scores = judge(completions=["72", "73", "74"], prompts=["What is 48 + 24?"] * 3)
+            elapsed = time.monotonic() - start
+        timer.join(25)
+        assert killed.is_set()
+        assert doomed.count(RECEIVED) >= 1 and doomed.count(ANSWERED) == 0, doomed.tail()  # killed mid-generation
+        assert elapsed < 10.0, elapsed  # the kill is noticed at once, the retries are refused: no hang
+        assert scores == [FALLBACK] * 3
+        assert judge.failures == (3 if judge.__name__ == "llm_judge" else 1)
+        assert len(lines) == 1 and "refused" in lines[0].lower(), lines  # the last retry found nobody listening
+    finally:
+        doomed.stop()
+
+
+@pytest.mark.parametrize("make", [
+    lambda url, **kw: rewards.llm_judge_reward(url, MODEL, "Grade.", **kw),
+    lambda url, **kw: rewards.group_judge_reward(url, MODEL, **kw),
+], ids=["llm_judge", "group_judge"])
+def test_judge_with_no_server_falls_back_quickly(make):
+    judge = make(f"http://127.0.0.1:{free_port()}/v1", timeout=5.0, retries=2, backoff=0.05,
+                 fallback_score=FALLBACK)
+    with judge_warnings() as lines:
+        start = time.monotonic()
+        scores = judge(completions=["72", "73", "74", "75"], prompts=["Q1", "Q1", "Q2", "Q2"])
+        elapsed = time.monotonic() - start
+    assert scores == [FALLBACK] * 4
+    assert judge.failures == (4 if judge.__name__ == "llm_judge" else 2)
+    assert 0.15 <= elapsed < 3.0, elapsed  # both retries were made (0.05 + 0.1 s of backoff), and no more
+    assert len(lines) == 1 and "refused" in lines[0].lower(), lines
