@@ -347,3 +347,22 @@ def test_judge_with_no_server_falls_back_quickly(make):
     assert judge.failures == (4 if judge.__name__ == "llm_judge" else 2)
     assert 0.15 <= elapsed < 3.0, elapsed  # both retries were made (0.05 + 0.1 s of backoff), and no more
     assert len(lines) == 1 and "refused" in lines[0].lower(), lines
+
+
+def test_audit_scores_the_battery_with_both_judges(server):
+    """`python rewards.py --audit --judge_url ... --judge_model ...`, as a user runs it: both judge columns added."""
+    server.settle()
+    before = server.count()
+    result = subprocess.run([sys.executable, "rewards.py", "--audit", "--judge_url", server.url, "--judge_model", MODEL],
+                            cwd=MODEL_DIR.parent.parent, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    header = result.stdout.splitlines()[2].split()
+    assert header[0] == "case" and header[-3:] == ["judge", "group", "total"]
+    cases = len(rewards.audit_cases())
+    rows = [line for line in result.stdout.splitlines()[3:3 + cases]]
+    for row in rows:  # each judge cell is a score in [0, 1] or the fallback, 0.00
+        judge, group = (float(cell) for cell in row.split()[-3:-1])
+        assert 0.0 <= judge <= 1.0 and 0.0 <= group <= 1.0, row
+    assert "hacks a judge scored 0.5 or more:" in result.stdout
+    # one call per case for llm_judge, one per 16 cases for the group judge (all answer the same question)
+    assert server.count() - before == cases + -(-cases // 16)
