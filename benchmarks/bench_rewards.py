@@ -13,11 +13,12 @@
     set of numbers, fractions and LaTeX answers, right and wrong: over all answers, then split
     into those the fast path decides and those it sends to math-verify; then on GRPO-style
     groups (8 answers per question, with repeats).
+(c) symbolic_correctness_reward vs plain math-verify on the public MATH-style (gold, answer) pairs of
+    tests/data/math_answers/ (see SOURCES.md there): every disagreement, listed.
 Everything is generated from a fixed seed. Both sides start each timed run cold: math-verify's
 parse caches and the reward's remembered verdicts are cleared, and the reward gets a fresh
 math-verify worker, started and warmed up on other answers outside the timing (repeats within a
-run still hit the caches, as in training). Timings are the best of 5 (correctness_reward), 3 (symbolic reward) or 2
-(math-verify, TRL) runs.
+run still hit the caches, as in training). Timings are the best of 5 runs (2 for TRL's reward).
 """
 
 import datetime
@@ -265,14 +266,14 @@ def bench_symbolic(rng: random.Random) -> dict:
             remembered.clear()
             return rewards.symbolic_correctness_reward(completions, answer=golds)
 
-        ours_seconds = best_of(3, ours_cold, setup=fresh_worker)
+        ours_seconds = best_of(5, ours_cold, setup=fresh_worker)
         ours = ours_cold()
         def math_verify_cold():
             clear_math_verify_caches()
             return [float(verify(parse("\\boxed{" + gold + "}"), parse("\\boxed{" + answer + "}")))
                     for _, gold, answer in subset]
 
-        mv_seconds = best_of(2, math_verify_cold)
+        mv_seconds = best_of(5, math_verify_cold)
         return ours, ours_seconds, math_verify_cold(), mv_seconds
 
     ours, ours_seconds, theirs, mv_seconds = run(pairs)
@@ -326,6 +327,34 @@ def needs_math_verify(gold: str, answer: str) -> bool:
     return counter["calls"] > 0
 
 
+# --- (c) public MATH-style answers ----------------------------------------------------------------
+
+MATH_ANSWERS = ROOT / "tests" / "data" / "math_answers" / "cases.jsonl"
+
+
+def bench_public_answers() -> dict:
+    """symbolic_correctness_reward against math-verify on real MATH-style (gold, answer) pairs: the disagreements."""
+    from math_verify import parse, verify
+
+    cases = [json.loads(line) for line in MATH_ANSWERS.read_text().splitlines()]
+    ours = rewards.symbolic_correctness_reward([f"<answer>{case['answer']}</answer>" for case in cases],
+                                               answer=[case["gold"] for case in cases])
+    theirs = []
+    for case in cases:
+        try:
+            theirs.append(float(verify(parse("\\boxed{" + case["gold"] + "}", parsing_timeout=None),
+                                       parse("\\boxed{" + case["answer"] + "}", parsing_timeout=None),
+                                       timeout_seconds=None)))
+        except Exception:
+            theirs.append(0.0)
+    refused = [case for case, o, t in zip(cases, ours, theirs) if t == 1.0 and o != 1.0]
+    paid = [case for case, o, t in zip(cases, ours, theirs) if t == 0.0 and o == 1.0]
+    return {"pairs": len(cases), "math_verify_right": theirs.count(1.0),
+            "refused_that_math_verify_accepts": [[c["gold"], c["answer"]] for c in refused],
+            "false_negative_rate": len(refused) / max(1, theirs.count(1.0)),
+            "paid_that_math_verify_refuses": [[c["gold"], c["answer"]] for c in paid]}
+
+
 # --- report ---------------------------------------------------------------------------------------
 
 def main():
@@ -333,6 +362,7 @@ def main():
     rng = random.Random(20250501)
     gsm8k = bench_gsm8k(rng)
     symbolic = bench_symbolic(rng)
+    public = bench_public_answers()
 
     print(f"(a) correctness_reward vs trl.rewards.accuracy_reward, {gsm8k['completions']} GSM8K-style completions")
     print(f"    {'kind':<32}{'n':>5}{'agree':>7}{'ours=1':>8}{'trl=1':>7}")
@@ -370,7 +400,14 @@ def main():
     print(f"    {label:<28}ours {groups['ours_seconds'] * 1e3:6.0f} ms, math-verify "
           f"{groups['math_verify_seconds'] * 1e3:6.0f} ms: {groups['speedup']:5.1f}x faster "
           f"(identical verdicts {groups['agreement']:.1%}; repeated answers are verified once)")
-    print(f"    (plus, once per process, the worker's start: {symbolic['worker_start_seconds']:.1f} s)")
+    print(f"    (plus, once per process, the worker's start: {symbolic['worker_start_seconds']:.1f} s)\n")
+
+    print(f"(c) symbolic_correctness_reward vs plain math-verify, {public['pairs']} public MATH-style pairs "
+          f"({MATH_ANSWERS.relative_to(ROOT)}; math-verify accepts {public['math_verify_right']})")
+    print(f"    refused, math-verify accepts: {len(public['refused_that_math_verify_accepts'])} "
+          f"({public['false_negative_rate']:.1%}): {public['refused_that_math_verify_accepts']}")
+    print(f"    paid, math-verify refuses: {len(public['paid_that_math_verify_refuses'])}, e.g. "
+          f"{public['paid_that_math_verify_refuses'][:6]}")
 
     import math_verify
     import trl
@@ -383,6 +420,7 @@ def main():
                      or _version("math-verify")},
         "gsm8k_vs_trl_accuracy_reward": gsm8k,
         "symbolic_vs_math_verify": symbolic,
+        "symbolic_on_public_math_answers": public,
         "benchmark_seconds": time.perf_counter() - started,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

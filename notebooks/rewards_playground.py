@@ -140,3 +140,44 @@ for original, yours, my_score in zip(rewards.audit(), rewards.audit(my_rubric), 
 # The rubric with your reward in place of `correctness_reward`: the longer a hack's bar, the more it pays to learn.
 # %%
 plot_rubric(my_rubric, title="GSM8K_RUBRIC with my_correctness_reward")
+
+
+# %% [markdown]
+# ## LLM judges
+# `llm_judge_reward` grades each completion on its own (one call each); `group_judge_reward` shows the judge all the
+# completions of one prompt side by side and scores them against each other (one call per prompt, RULER-style).
+# Both need an OpenAI-compatible server: start one in a terminal, e.g.
+# `transformers serve Qwen/Qwen2.5-1.5B-Instruct --port 8000` (`pip install "transformers[serving]"`), and set
+# `JUDGE_URL` and `JUDGE_MODEL` below. Without a server this cell says so and scores nothing.
+# %%
+import os
+import urllib.request
+
+JUDGE_URL = os.environ.get("JUDGE_URL", "http://127.0.0.1:8000/v1")
+JUDGE_MODEL = os.environ.get("JUDGE_MODEL", "Qwen/Qwen2.5-1.5B-Instruct")
+
+
+def judge_server_is_up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+if not judge_server_is_up(JUDGE_URL):
+    print(f"Skipped: no judge server at {JUDGE_URL}. Start one (e.g. `transformers serve {JUDGE_MODEL} --port 8000` "
+          "in a terminal), or set JUDGE_URL and JUDGE_MODEL, then run this cell again.")
+else:
+    question = [{"role": "user", "content": rewards.AUDIT_QUESTION}]
+    judge = rewards.llm_judge_reward(JUDGE_URL, JUDGE_MODEL, "Grade the answer to the math question: 10 for the "
+                                     "right number with sound reasoning, 0 for a wrong or missing answer.")
+    group_judge = rewards.group_judge_reward(JUDGE_URL, JUDGE_MODEL)
+    columns = {"judge": judge, "group judge": group_judge}
+    judged = {name: func(texts, prompts=[question] * len(texts), answer=[GOLD] * len(texts))
+              for name, func in columns.items()}
+    print(f"{'completion':<22}{'judge':>7}{'group':>7}")
+    for case, one, relative in zip(completions, judged["judge"], judged["group judge"]):
+        print(f"{case:<22}{one:>7.2f}{relative:>7.2f}")
+    print(f"calls: judge {len(texts)}, group judge 1; failures (scored {judge.fallback_score}): "
+          f"{judge.failures} and {group_judge.failures}")

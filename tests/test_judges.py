@@ -366,3 +366,51 @@ def test_audit_scores_the_battery_with_both_judges(server):
     assert "hacks a judge scored 0.5 or more:" in result.stdout
     # one call per case for llm_judge, one per 16 cases for the group judge (all answer the same question)
     assert server.count() - before == cases + -(-cases // 16)
+
+
+def test_playground_judge_cell_scores_with_a_server(server, monkeypatch, capsys):
+    """The rewards playground's judge cell, run as its notebook runs it, against the real server."""
+    source = (MODEL_DIR.parent.parent / "notebooks" / "rewards_playground.py").read_text()
+    cell = source.rsplit("# %%\n", 1)[1]  # the last code cell: the judges
+    assert "group_judge_reward" in cell and "llm_judge_reward" in cell
+    monkeypatch.setenv("JUDGE_URL", server.url)
+    monkeypatch.setenv("JUDGE_MODEL", MODEL)
+    completions = {"right": "<answer>72</answer>", "wrong": "<answer>73</answer>", "none": "I do not know."}
+    namespace = {"rewards": rewards, "completions": completions, "texts": list(completions.values()),
+                 "GOLD": rewards.AUDIT_GOLD}
+    server.settle()
+    before = server.count()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the noise model's replies fail to parse: warned once each
+        exec(compile(cell, "rewards_playground.py", "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert "Skipped" not in printed and "completion" in printed.splitlines()[0]
+    for case in completions:
+        line = next(line for line in printed.splitlines() if line.startswith(case))
+        assert all(0.0 <= float(cell) <= 1.0 for cell in line.split()[1:]), line
+    assert server.count() - before == len(completions) + 1  # one call per completion, one for the group
+
+
+def test_group_judge_in_grpo_math_rubric_trains(server, tmp_path, monkeypatch):
+    """The README's example: a judge added to grpo_math.py's rubric in one line, two training steps against it."""
+    import json
+
+    import grpo_math
+    from conftest import FAST_RUN
+
+    judge = rewards.group_judge_reward(server.url, MODEL, timeout=60, max_tokens=32)
+    monkeypatch.setattr(grpo_math, "RUBRIC", [*grpo_math.RUBRIC, (judge, 0.5)])
+    server.settle()
+    before = server.count()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the noise model's replies are not JSON: warned once
+        grpo_math.main([*FAST_RUN, "--max_steps", "2", "--output_dir", str(tmp_path / "run"), "--save_steps", "2",
+                        "--num_eval_examples", "4", "--eval_batch_size", "4", "--eval_num_samples", "1",
+                        "--print_samples_every", "0"])
+    state = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
+    logged = [entry for entry in state["log_history"] if "rewards/group_judge/mean" in entry]
+    assert len(logged) == 2  # logged under its name at every step, like any other reward
+    assert all(judge.fallback_score <= entry["rewards/group_judge/mean"] <= 1.0 for entry in logged)
+    # per step, 16 completions of 2 prompts: 2 calls (evaluations add one per question): fewer than one per completion
+    calls = server.count() - before
+    assert 2 * 2 <= calls < 2 * 16, calls

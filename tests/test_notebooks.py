@@ -258,6 +258,7 @@ def test_rewards_playground_runs(kernel_env):
     assert "honest: correct, exact format" in output and "best hack 1.00" in output  # the audit
     assert "full-width digits" in output  # the edited reward pays for a hack the original refuses
     assert sum(images_in(cell) for cell in notebook.cells if cell.cell_type == "code") == 2  # two inline plots
+    assert "Skipped: no judge server at http://127.0.0.1:8000/v1." in output  # nothing listens there in the tests
 
 
 # The training notebooks run every cell with a short run in the run cell: the demos' learning targets are checked
