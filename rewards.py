@@ -190,17 +190,22 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
     killed; an answer not verified within `timeout_s` scores 0.0), with each (gold, answer)
     verdict remembered, so a GRPO group's repeated answers cost one call. It is skipped only when
     the verdict is certain: equal strings once normalised ($ \\( \\[ delimiters, \\left/\\right,
-    \\dfrac/\\tfrac/\\cfrac, spacing, {,} and \\, thousands separators, a final period), and
-    numbers against a number gold, compared exactly.
+    \\dfrac/\\tfrac/\\cfrac, spacing, {,} and \\, thousands separators, a final period); numbers
+    against a number gold, compared exactly (1,000, 3/4, \\frac34, 1.2\\times 10^{5}, 10^3; units,
+    '\\text{}', '%', degrees and 'x =' set aside); and values, for LaTeX in + - \\cdot / ^ \\frac
+    \\sqrt \\pi and x, y, ... (sets and intervals of them too), computed in floats at 3 points:
+    apart is wrong (2\\sqrt{3} vs 3\\sqrt{2}, (1,2] vs [1,2]), equal constants are right
+    (\\sqrt{12} for 2\\sqrt{3}); equal with variables is left to math-verify.
     Deliberate differences from math-verify, each to close a hack or a quirk:
-    - a number gold wants a number: arithmetic ('48 + 24', '(9+1)', '10^3', '\\sqrt{5184}')
-      scores 0, units, '\\text{}', '%', 'x =' and mixed numbers aside (sympy must not compute);
-    - sprayed numbers ('70 2', which math-verify adds up to 72) and several different boxed
-      answers score 0; so do look-alike digits ('７２');
-    - a final period ('42.', '\\pi.') and thin-space thousands ('12\\,345') are read as
-      written: math-verify refuses them, although they are right;
+    - a number gold wants a number: arithmetic ('48 + 24', '(9+1)', '\\frac{2^4}{3^3}',
+      '\\sqrt{5184}') and two values ('x=1/3\\approx 0.3') score 0 (sympy must not compute);
+    - sprayed numbers ('70 2', which math-verify adds up to 72), several different boxed answers
+      and look-alike digits ('７２') score 0;
+    - right answers that math-verify refuses pay: a final period ('42.', '\\pi.'), thin-space
+      thousands ('12\\,345'), units in words ('72 dollars'), 602\\times 10^{21} for
+      6.02\\times 10^{23};
     - '12, 345' is a list, not 12345 (math-verify agrees).
-    Measured on 771 MATH-style (gold, answer) pairs (tests/data/math_answers): see README.
+    Measured against math-verify on 768 MATH-style pairs (tests/data/math_answers; README).
     Gaming: sprayed numbers, several boxes and computed answers do not pay; math-verify's own
     leniency remains for expression golds (0.333333 passes for 1/3).
     """

@@ -13,7 +13,7 @@
     set of numbers, fractions and LaTeX answers, right and wrong: over all answers, then split
     into those the fast path decides and those it sends to math-verify; then on GRPO-style
     groups (8 answers per question, with repeats).
-(c) symbolic_correctness_reward vs plain math-verify on the public MATH-style (gold, answer) pairs of
+(c) symbolic_correctness_reward vs plain math-verify on the MATH-style (gold, answer) pairs of
     tests/data/math_answers/ (see SOURCES.md there): every disagreement, listed.
 Everything is generated from a fixed seed. Both sides start each timed run cold: math-verify's
 parse caches and the reward's remembered verdicts are cleared, and the reward gets a fresh
@@ -333,7 +333,7 @@ MATH_ANSWERS = ROOT / "tests" / "data" / "math_answers" / "cases.jsonl"
 
 
 def bench_public_answers() -> dict:
-    """symbolic_correctness_reward against math-verify on real MATH-style (gold, answer) pairs: the disagreements."""
+    """symbolic_correctness_reward against math-verify on tests/data/math_answers: every disagreement."""
     from math_verify import parse, verify
 
     cases = [json.loads(line) for line in MATH_ANSWERS.read_text().splitlines()]
@@ -349,7 +349,7 @@ def bench_public_answers() -> dict:
             theirs.append(0.0)
     refused = [case for case, o, t in zip(cases, ours, theirs) if t == 1.0 and o != 1.0]
     paid = [case for case, o, t in zip(cases, ours, theirs) if t == 0.0 and o == 1.0]
-    return {"pairs": len(cases), "math_verify_right": theirs.count(1.0),
+    return {"pairs": len(cases), "math_verify_right": theirs.count(1.0), "gold_unreadable": ours.count(None),
             "refused_that_math_verify_accepts": [[c["gold"], c["answer"]] for c in refused],
             "false_negative_rate": len(refused) / max(1, theirs.count(1.0)),
             "paid_that_math_verify_refuses": [[c["gold"], c["answer"]] for c in paid]}
@@ -402,7 +402,7 @@ def main():
           f"(identical verdicts {groups['agreement']:.1%}; repeated answers are verified once)")
     print(f"    (plus, once per process, the worker's start: {symbolic['worker_start_seconds']:.1f} s)\n")
 
-    print(f"(c) symbolic_correctness_reward vs plain math-verify, {public['pairs']} public MATH-style pairs "
+    print(f"(c) symbolic_correctness_reward vs plain math-verify, {public['pairs']} MATH-style pairs "
           f"({MATH_ANSWERS.relative_to(ROOT)}; math-verify accepts {public['math_verify_right']})")
     print(f"    refused, math-verify accepts: {len(public['refused_that_math_verify_accepts'])} "
           f"({public['false_negative_rate']:.1%}): {public['refused_that_math_verify_accepts']}")
