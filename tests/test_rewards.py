@@ -534,9 +534,13 @@ def test_fast_path_decides_numbers_and_equal_strings_without_math_verify(monkeyp
             rewards.symbolic_correctness_reward._math_verify_worker = state
 
 
-# Where the reward and math-verify differ on tests/data/math_answers, on purpose (see the reward's docstring).
-DELIBERATE = {
-    "arithmetic for a number gold": lambda gold, answer: bool(re.search(r"[+^]|\\cdot|\\approx", answer)),
+# Where the reward and math-verify differ on tests/data/math_answers, on purpose (see the reward's docstring):
+# right answers it refuses, and right answers it pays that math-verify refuses. Each rule excuses one direction only.
+DELIBERATE_REFUSALS = {
+    "arithmetic for a number gold": lambda gold, answer: bool(re.search(r"[+^]|\\cdot", answer)),
+    "two values": lambda gold, answer: "\\approx" in answer and "=" in answer,
+}
+DELIBERATE_PAYMENTS = {
     "a final period": lambda gold, answer: bool(re.search(r"(?<!\.)\.\s*(\$*|\\\]|\\\))$", answer.strip())),
     "thin-space thousands": lambda gold, answer: "\\," in gold + answer,
     "scientific notation, equal": lambda gold, answer: "\\times 10^" in gold and "\\times 10^" in answer,
@@ -555,8 +559,9 @@ def test_symbolic_reward_agrees_with_math_verify_on_math_style_answers():
     refused, paid = result["refused_that_math_verify_accepts"], result["paid_that_math_verify_refuses"]
     assert result["pairs"] == 768 and result["math_verify_right"] > 400 and result["gold_unreadable"] == 0
     assert len(refused) <= 0.01 * result["math_verify_right"], refused  # false negatives: at most 1%
-    unexplained = [pair for pair in refused + paid if not any(rule(*pair) for rule in DELIBERATE.values())]
-    assert unexplained == []  # every difference is one of the deliberate rules
+    unexplained = [pair for pair in refused if not any(rule(*pair) for rule in DELIBERATE_REFUSALS.values())]
+    unexplained += [pair for pair in paid if not any(rule(*pair) for rule in DELIBERATE_PAYMENTS.values())]
+    assert unexplained == []  # every difference is one of the deliberate rules, in its direction
 
 
 def test_time_is_bounded_from_a_worker_thread():
@@ -906,3 +911,24 @@ def test_group_judge_custom_rubric_and_long_responses(judge_server):
     system, user = judge_server.requests[-1]["body"]["messages"]
     assert system["content"].startswith("Prefer haiku.") and '{"scores"' in system["content"]
     assert "y" * 10 in user["content"] and "y" * 11 not in user["content"]
+
+
+def test_the_two_judges_share_their_client_code_word_for_word():
+    """Each judge is copied alone, so each carries the HTTP client: a fix to one must land in both."""
+    for method in ("ask", "text_of"):
+        assert inspect.getsource(getattr(rewards.llm_judge_reward, method)) == \
+            inspect.getsource(getattr(rewards.group_judge_reward, method)), method
+    init = [inspect.getsource(judge.__init__).split("self.url, self.model")[0].split("):\n", 1)[1]
+            for judge in (rewards.llm_judge_reward, rewards.group_judge_reward)]
+    assert init[0] == init[1] and "chat/completions" in init[0]  # the argument checks and the URL
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: rewards.llm_judge_reward("127.0.0.1:8000", "m", "r"), "http"),
+    (lambda: rewards.group_judge_reward("http://127.0.0.1:8000/v1", "m", timeout=0), "timeout > 0"),
+    (lambda: rewards.llm_judge_reward("http://127.0.0.1:8000/v1", "m", "r", retries=-1), "retries >= 0"),
+    (lambda: rewards.group_judge_reward("http://127.0.0.1:8000/v1", "m", max_group_size=0), "max_group_size"),
+])
+def test_judge_settings_are_checked_when_built(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
