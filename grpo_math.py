@@ -270,6 +270,9 @@ def load_data(script_args, tokenizer, seed):
         rows = rows.map(to_prompt, remove_columns=[c for c in rows.column_names if c != "answer"])
         labelled = rows.filter(lambda row: gold_number(row["answer"]) is not None)
         if len(labelled) < len(rows):  # broken labels teach nothing: say so, and train on the rest
+            if len(rows) and not len(labelled):
+                raise RecipeError(f"no answer in dataset '{script_args.dataset_name}' states a single number "
+                                  f"(e.g. {str(rows[0]['answer'])[-40:]!r}): check --answer_column")
             print(f"dropped {len(rows) - len(labelled)} of {len(rows)} rows whose answer states no single number "
                   "(check --answer_column)")
         rows = labelled

@@ -1,6 +1,7 @@
 """grpo_math.py run the way users run it: as a command, from Python, with bad input, resumed."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -156,3 +157,22 @@ def test_killed_run_resumes_to_the_same_step_count(tmp_path):
     assert resumed_state["global_step"] == full_state["global_step"] == 12
     logged_steps = [e["step"] for e in resumed_state["log_history"] if "reward" in e]
     assert logged_steps == list(range(1, 13))  # history carried over from the checkpoint, no step twice
+
+
+def test_rows_whose_answer_states_no_number_are_dropped_and_counted(tmp_path, capsys):
+    rows = [json.loads(line) for line in open(TOY_DATA / "train.jsonl")][:40]
+    for row in rows[:5]:
+        row["answer"] = "see the solution manual"  # a broken label: no number
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--num_eval_examples", "8",
+             "--output_dir", str(tmp_path / "run")])
+    printed = capsys.readouterr().out
+    dropped = re.findall(r"dropped (\d+) of (\d+) rows whose answer states no single number", printed)
+    assert sum(int(n) for n, _ in dropped) == 5 and sum(int(total) for _, total in dropped) == 40, printed[-2000:]
+    for row in rows:
+        row["answer"] = "see the solution manual"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(gm.RecipeError, match="states a single number.*--answer_column"):
+        gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--output_dir", str(tmp_path / "run2")])
+    assert not (tmp_path / "run2" / "checkpoint-1").exists()
