@@ -1,6 +1,5 @@
 # %% [markdown]
 # ## Imports
-# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -46,9 +45,8 @@ What to expect
     steps it runs its code on every task, fixes it, and passes 0.99. About 2.5 minutes.
     GPU (estimates): Qwen2.5-0.5B-Instruct solves a share of HumanEval from the start; training
     on MBPP raises pass@1 on HumanEval's hidden tests by a few points over a few hundred steps.
-Outputs, in --output_dir: checkpoints, the final model, eval.json (pass@1 on hidden tests, the
-share of compiling solutions, tool calls per task, before and after training), training_curves.png,
-the run monitor's warnings in eval.json, and every evaluated rollout in eval_*.jsonl.
+Outputs, in --output_dir: checkpoints, the final model, eval.json (held-out scores before and after, the monitor's
+warnings), training_curves.png and every evaluated rollout in eval_*.jsonl (README: Watching a run).
 
 How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one
 optimisation step per generation batch, a weighted rubric, tool results masked out of the loss).
@@ -57,27 +55,8 @@ Model support: TRL drives tool calls only for chat templates it recognises (Qwen
 Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
-import array
-import ast
-import builtins
-import concurrent.futures
-import functools
-import glob
-import importlib.util
-import json
-import math
-import os
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import threading
-import time
-import warnings
+import array, ast, builtins, concurrent.futures, functools, glob, importlib.util, json, math, os, re  # noqa: E401
+import shutil, signal, socket, subprocess, sys, sysconfig, tempfile, threading, time, warnings  # noqa: E401
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,10 +78,6 @@ def arg(default, help):
 # The system prompt the model must follow, the model to train and the data: change `DEFAULT_MODEL` to train another
 # one (its chat template must be one TRL can drive tool calls with).
 # %%
-# =====================================================================================
-# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
-# YAML file (--config file.yaml) and an argument of main([...]) from Python.
-# =====================================================================================
 SYSTEM_PROMPT = """Write the Python function the user asks for. You may test code with run_python first. End with the whole function in one ```python block."""
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
@@ -174,21 +149,7 @@ class RecipeConfig(GRPOConfig):
     resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
 
     def __post_init__(self):
-        # Hardware-aware precision, decided here so that derived settings below see the final values.
-        if self.bf16 is None and self.fp16 is None:
-            has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
-            self.fp16 = has_cuda and not self.bf16
-        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
-        if not torch.cuda.is_available():
-            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
-                self.use_cpu = True                          # not N unaware copies of a one-process run
-        if self.output_dir is None:
-            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
-                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
-            else:
-                self.output_dir = time.strftime("outputs/grpo_code/%Y%m%d-%H%M%S")
+        apply_hardware_defaults(self, "outputs/grpo_code")  # precision for the hardware, the run's folder
         super().__post_init__()
 
 
@@ -196,8 +157,7 @@ class RecipeConfig(GRPOConfig):
 # The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy coding tasks from `assets/`,
 # which need no network.
 # %%
-# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
-# the defaults above (flags and YAML still win).
+# These replace the defaults above (flags and YAML still win).
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
 DEMO_SETTINGS = dict(
     model_name_or_path=str(ASSETS / "tiny-qwen-code"),  # made by assets/make_demo_assets.py
@@ -223,16 +183,80 @@ DEMO_SETTINGS = dict(
 
 
 # %% [markdown]
-# ## Tools
-# `run_python`, the one tool the model may call, and the sandbox it runs in; the same sandbox runs the hidden tests.
+# ## Data
+# Each task becomes a chat prompt under the system prompt, with its hidden tests kept for the rewards; any dataset
+# with a prompt, tests and an entry point works (see the column flags). Tasks whose own reference solution fails
+# their tests are reported and dropped.
 # %%
-# =====================================================================================
-# TOOLS: run_python and its sandbox, as in grpo_tools.py (tests hold the two copies equal).
-# Errors come back as text for the model to read, never as exceptions.
-# =====================================================================================
+def task_message(prompt: str, tests: str, entry_point: str, setup: str) -> str:
+    """What the model reads: code to complete (HumanEval), or a description and the first test (MBPP)."""
+    if setup:  # the prompt is code: a signature and a docstring
+        return f"Complete this Python function:\n```python\n{prompt.strip()}\n```"
+    example = next((ast.get_source_segment(tests, node) for node in ast.parse(tests).body
+                    if any(isinstance(n, ast.Assert) for n in ast.walk(node))), "")
+    return f"{prompt.strip()}\nWrite it as `{entry_point}`; it must pass tests such as:\n```python\n{example}\n```"
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether `code` parses and defines a top-level function `name`."""
+    try:
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                   for n in ast.parse(code).body)
+    except (SyntaxError, ValueError):
+        return False
+
+
+def load_data(script_args, tokenizer, seed):
+    """(train, eval) datasets of chat prompts with the columns the rewards read."""
+    from datasets import Dataset
+
+    name = script_args.dataset_name
+    dataset = read_dataset(name, script_args.dataset_config)
+    default_split = "train+validation+test" if (name, script_args.dataset_config) == DEFAULT_DATASET else "train"
+    train = split_of(dataset, script_args.dataset_train_split or default_split, name, "--dataset_train_split")
+    eval_name = script_args.eval_dataset_name
+    if eval_name and eval_name.lower() != "none":
+        tasks = read_dataset(eval_name, script_args.eval_dataset_config)
+        split = next(iter(tasks)) if len(tasks) == 1 else script_args.dataset_test_split  # one file: its only split
+        test = split_of(tasks, split, eval_name, "--dataset_test_split")
+    elif script_args.dataset_test_split in dataset:
+        eval_name, test = name, dataset[script_args.dataset_test_split]
+    else:  # hold some training tasks out for evaluation
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
+        eval_name = name
+    test = test.select(range(min(script_args.num_eval_examples, len(test))))
+
+    def fits(row):
+        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids) <= script_args.max_prompt_tokens
+
+    splits = []
+    for rows, source in ((train, name), (test, eval_name)):
+        tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
+        for task in tasks:
+            task["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
+                              {"role": "user", "content": task_message(**{k: task[k] for k in
+                                                                          ("prompt", "tests", "entry_point", "setup")})}]
+        rows = Dataset.from_list(tasks) if tasks else Dataset.from_dict({"prompt": []})
+        before = len(rows)
+        rows = rows.filter(fits) if before else rows
+        if len(rows) < before:
+            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
+                  "tokens (--max_prompt_tokens)")
+        splits.append(rows)
+    if len(splits[0]) == 0:
+        raise RecipeError(f"no usable training task in '{name}' fits in {script_args.max_prompt_tokens} tokens: "
+                          "check the columns (--prompt_column, --tests_column) or raise --max_prompt_tokens")
+    return splits[0], splits[1]
+
+
 # %% [markdown]
-# The sandbox behind `run_python`: its limits (`PYTHON_*`: time, memory, file size, output) and the code that sets
-# up namespaces and drops privileges; tighten or loosen a limit here.
+# ## Tools
+# `run_python`, the one tool the model may call; the sandbox it runs in also runs the hidden tests.
+# Its limits and the hidden tests' are set here: tighten or loosen one. What the sandbox contains, and what
+# not, is written above `run_python` below the machinery line, and how the hidden tests resist a solution that
+# games them above `_HIDDEN_TESTS_HARNESS`: read both before you train on them.
 # %%
 PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
 PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
@@ -242,6 +266,193 @@ PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory
 PYTHON_MAX_PROCESSES = 64         # processes of "nobody", all calls together (only set when dropping root)
 PYTHON_MAX_CODE_CHARS = 100_000   # longer code is refused
 PYTHON_OUTPUT_CHARS = 2000        # returned to the model: the start and the end of longer output
+TEST_CASE_S = 2                    # wall clock for one test case before it fails (a case: one statement of the tests)
+TESTS_DEADLINE_S = 4               # all of one solution's cases together; run_python's sandbox allows 5 s in all
+TEST_ERROR_CHARS = 200             # why a case failed, as kept in the eval files
+TEST_REPLY_BYTES = 2**20           # the largest return value the solution's process may send back
+# Solutions scored at once: the sandbox runs them in parallel. Each takes 2 of the PYTHON_MAX_PROCESSES that all
+# calls share, so at most 16 at once leaves room for the solutions' own processes.
+SCORING_THREADS = min(16, 2 * (os.cpu_count() or 1))
+
+
+# %% [markdown]
+# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
+# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
+# %%
+class ToolEnvironment:
+    """One per rollout (TRL's environment_factory); rewards read its tally through their `environments` argument."""
+
+    def reset(self, **row):
+        self.calls, self.failures = 0, 0
+        return None  # nothing to add to the task
+
+    def run_python(self, code: str) -> str:
+        """Run a short Python program and return what it prints.
+
+        Args:
+            code: Python source code; use print() to show results.
+        """
+        result = run_python(code)
+        self.calls += 1
+        self.failures += result.startswith("Error")
+        return result
+
+
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the final message of a trajectory and the code in its ```python block.
+# %%
+def completion_text(completion) -> str:
+    """A completion is a string, or a list of chat messages: take the last assistant message."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return str(message.get("content") or "")
+    return ""
+
+
+CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_answer(text: str):
+    """The code in the final message's last ```python block (a bare ``` block counts too), or None."""
+    blocks = CODE_BLOCK.findall(text)
+    return blocks[-1] if blocks else None
+
+
+# %% [markdown]
+# The reward that matters most, decided by the hidden tests: 0.2 for the share of test cases passed (partial
+# progress shows) plus 0.8 when all of them pass. Edit it, then run it and every cell below again.
+# %%
+PARTIAL_CREDIT = 0.2  # for the share of test cases passed; the rest only when every case passes
+
+
+def tests_passed_reward(completions, tests, entry_point, setup, **kwargs) -> list[float]:
+    """0.2 x the share of hidden test cases the final code passes, + 0.8 if it passes them all; 0.0 without code."""
+    codes = [extract_answer(completion_text(c)) for c in completions]
+    results = run_hidden_tests_batch(codes, tests, entry_point, setup)
+    return [PARTIAL_CREDIT * sum(r["passed"]) / len(r["passed"]) + (1 - PARTIAL_CREDIT) * all(r["passed"])
+            if r["passed"] else 0.0 for r in results]
+
+
+# %% [markdown]
+# Format: 1.0 when the final message has exactly one ```python block, and its code compiles and defines the function.
+# %%
+def code_format_reward(completions, entry_point, **kwargs) -> list[float]:
+    """1.0 for exactly one ```python block in the final message, compiling and defining the entry point."""
+    scores = []
+    for completion, name in zip(completions, entry_point):
+        blocks = CODE_BLOCK.findall(completion_text(completion))
+        scores.append(1.0 if len(blocks) == 1 and defines(blocks[0], name) else 0.0)
+    return scores
+
+
+# %% [markdown]
+# Turn-level credit, 0.5 per run_python call that ran without error, capped at 1.0, for trying the code.
+# %%
+def successful_run_credit(environments, **kwargs) -> list[float]:
+    """0.5 per run_python call that ran without error, capped at 1.0: turn-level credit for trying code."""
+    return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
+
+
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above; keep the format and tool terms together well below passing the tests.
+# %%
+# (reward function, weight). Passing every hidden test pays 1.0; format and tool use together pay
+# at most 0.2 (tests/test_grpo_code.py checks the cap), so neither outweighs working code.
+RUBRIC = [
+    (tests_passed_reward, 1.0),
+    (code_format_reward, 0.1),
+    (successful_run_credit, 0.1),
+]
+
+
+# %% [markdown]
+# ## Training
+# The call that trains: the tool and the rubric wired into TRL's `GRPOTrainer`. Then how a run is judged: the
+# held-out metrics `evaluate` reports before and after training, and the reward the run monitor watches.
+# %%
+OUTCOME_REWARD = "tests_passed_reward"  # the reward the run monitor compares the others with
+HELD_OUT_TABLE = ("accuracy", "tests_passed", "compiles", "tool_call_success", "mean_tool_calls")  # printed at the end
+ACCURACY_IS = "pass@1 on the hidden tests"
+
+
+def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
+    try:
+        return GRPOTrainer(
+            model=load_model(model_args),
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            environment_factory=ToolEnvironment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:  # TRL drives tool calls only for the chat templates it knows
+        raise template_error(error, model_args.model_name_or_path) from None
+
+
+def run_facts(script_args) -> dict:
+    """What eval.json records about the run besides the model, the dataset and the scores."""
+    return {"eval_dataset": script_args.eval_dataset_name}
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out tasks, run_python enabled, scored by their hidden tests: accuracy
+    (pass@1: every test passes), the mean share of tests passed, the share of compiling solutions, run_python
+    success and calls per task; with num_samples > 1 also pass@1, pass@N and the signal report. Every rollout,
+    its rewards and why its tests failed go to `trajectories` (one JSON line per task)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    columns = {key: [value for value, row in zip(dataset[key], found) for _ in row]
+               for key in ("answer", "tests", "entry_point", "setup")}
+    scores = score(flat, environments=envs, **columns)
+    # Straight from the tests, whatever RUBRIC holds: a rubric under test must not grade itself
+    codes = [extract_answer(completion_text(c)) for c in flat]
+    results = run_hidden_tests_batch(codes, columns["tests"], columns["entry_point"], columns["setup"])
+    correct = [float(bool(r["passed"]) and all(r["passed"])) for r in results]
+    greedy = list(range(0, len(flat), 1 + samples))
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "tests_passed": sum(sum(results[i]["passed"]) / max(1, len(results[i]["passed"])) for i in greedy)
+               / len(greedy),
+               "compiles": sum(codes[i] is not None and defines(codes[i], columns["entry_point"][i])
+                               for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, reference, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": reference, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": codes[i], **scores[i],
+                     "tests": {key: results[i][key] for key in ("passed", "errors", "harness_error")}}
+                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+# %% [markdown]
+# # Machinery
+# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
+#
+# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
+# how the scripts run: each part is written out in every script that needs it, word for word (tests/
+# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# %% [markdown]
+# ## The sandbox behind `run_python`
+# The code that sets up namespaces and drops privileges; its limits (`PYTHON_*`) are set above the line.
+# %%
 _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 
 # The zygote: one Python process started once, inside its own mount and PID namespaces. It builds a read-only root
@@ -560,8 +771,9 @@ os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=thread
 
 
 # %% [markdown]
-# `run_python` runs a short program in that sandbox and returns what it prints; the comment above it says what the
-# sandbox contains and what not: read it before you offer this tool to a model.
+# ## `run_python`
+# Runs a short program in that sandbox and returns what it prints; the comment above it says what the sandbox
+# contains and what not: read it before you offer this tool to a model.
 # %%
 # What run_python contains, and what not (_sandbox_mode picks the strongest mode that works on the machine):
 # - Where `unshare` works (as root, or with unprivileged user namespaces), each call gets new mount, PID, network,
@@ -625,16 +837,8 @@ def run_python(code: str) -> str:
 # %% [markdown]
 # ## Hidden tests
 # The harness that runs a task's tests on a solution inside the sandbox, and what it can and cannot be fooled by;
-# `TEST_*` are its limits.
+# its limits (`TEST_*`) are set above the line.
 # %%
-TEST_CASE_S = 2                    # wall clock for one test case before it fails (a case: one statement of the tests)
-TESTS_DEADLINE_S = 4               # all of one solution's cases together; run_python's sandbox allows 5 s in all
-TEST_ERROR_CHARS = 200             # why a case failed, as kept in the eval files
-TEST_REPLY_BYTES = 2**20           # the largest return value the solution's process may send back
-# Solutions scored at once: the sandbox runs them in parallel. Each takes 2 of the PYTHON_MAX_PROCESSES that all
-# calls share, so at most 16 at once leaves room for the solutions' own processes.
-SCORING_THREADS = min(16, 2 * (os.cpu_count() or 1))
-
 # Why this harness cannot be fooled by the code it tests. It runs as one sandboxed program with two processes:
 # - This one is trusted: it reads the task (on stdin, never in its source, which the code could read in /tmp),
 #   runs the tests, and prints the one result line. It is not dumpable: no other process of the same user may
@@ -928,94 +1132,13 @@ def run_hidden_tests_batch(solutions: list, tests: list, entry_points: list, set
 
 
 # %% [markdown]
-# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
-# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
+# ## Task layouts
+# Rows of HumanEval, MBPP or your own layout become tasks (prompt, tests, entry point, setup, reference);
+# tasks whose reference solution fails its own tests are reported and dropped.
 # %%
-class ToolEnvironment:
-    """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
-
-    Every public method except reset() is offered to the model as a tool; its docstring is the
-    tool's description. Rewards read the tally through their `environments` argument.
-    """
-
-    def reset(self, **row):
-        self.calls, self.failures = 0, 0
-        return None  # nothing to add to the task
-
-    def run_python(self, code: str) -> str:
-        """Run a short Python program and return what it prints.
-
-        Args:
-            code: Python source code; use print() to show results.
-        """
-        result = run_python(code)
-        self.calls += 1
-        self.failures += result.startswith("Error")
-        return result
-
-
-# %% [markdown]
-# ## Data
-# Each task becomes a chat prompt under the system prompt, with its hidden tests kept for the rewards; any dataset
-# with a prompt, tests and an entry point works (see the column flags). Tasks whose own reference solution fails
-# their tests are reported and dropped.
-# %%
-# =====================================================================================
-# DATA: tasks become chat prompts; tests, entry point and reference are kept for the rewards.
-# =====================================================================================
-def task_message(prompt: str, tests: str, entry_point: str, setup: str) -> str:
-    """What the model reads: code to complete (HumanEval), or a description and the first test (MBPP)."""
-    if setup:  # the prompt is code: a signature and a docstring
-        return f"Complete this Python function:\n```python\n{prompt.strip()}\n```"
-    example = next((ast.get_source_segment(tests, node) for node in ast.parse(tests).body
-                    if any(isinstance(n, ast.Assert) for n in ast.walk(node))), "")
-    return f"{prompt.strip()}\nWrite it as `{entry_point}`; it must pass tests such as:\n```python\n{example}\n```"
-
-
-def defines(code: str, name: str) -> bool:
-    """Whether `code` parses and defines a top-level function `name`."""
-    try:
-        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-                   for n in ast.parse(code).body)
-    except (SyntaxError, ValueError):
-        return False
-
-
 def called_names(code: str) -> list:
     """Names of the functions a piece of code calls, in order."""
     return [n.func.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-
-
-def read_dataset(name: str, config):
-    """A Hub dataset or a local file or folder, as a DatasetDict."""
-    from datasets import load_dataset
-
-    path = Path(name)
-    try:
-        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
-            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
-            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
-            if builder is None:
-                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
-            return load_dataset(builder, data_files=str(path))
-        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
-    except (ConnectionError, FileNotFoundError, OSError) as error:
-        if isinstance(error, RecipeError):
-            raise
-        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
-                          "network, or pass a local file with --dataset_name tasks.jsonl") from None
-    except ValueError as error:  # e.g. a missing or unknown configuration name
-        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
-
-
-def split_of(dataset, split: str, name: str, flag: str):
-    """One split, or several joined with '+' (e.g. 'train+validation')."""
-    from datasets import concatenate_datasets
-
-    missing = [part for part in split.split("+") if part not in dataset]
-    if missing:
-        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
-    return concatenate_datasets([dataset[part] for part in split.split("+")])
 
 
 def to_tasks(rows, script_args, name: str, flags_must_match: bool = True) -> list[dict]:
@@ -1090,143 +1213,10 @@ def check_tasks(tasks: list[dict], name: str) -> list[dict]:
     return kept
 
 
-def hold_out(train, size: int, seed: int):
-    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
-    size = min(size, len(train) // 2)
-    if size == 0:
-        return train, train.select([])
-    split = train.train_test_split(test_size=size, seed=seed)
-    return split["train"], split["test"]
-
-
-def load_data(script_args, tokenizer, seed):
-    """(train, eval) datasets of chat prompts with the columns the rewards read."""
-    from datasets import Dataset
-
-    name = script_args.dataset_name
-    dataset = read_dataset(name, script_args.dataset_config)
-    default_split = "train+validation+test" if (name, script_args.dataset_config) == DEFAULT_DATASET else "train"
-    train = split_of(dataset, script_args.dataset_train_split or default_split, name, "--dataset_train_split")
-    eval_name = script_args.eval_dataset_name
-    if eval_name and eval_name.lower() != "none":
-        tasks = read_dataset(eval_name, script_args.eval_dataset_config)
-        split = next(iter(tasks)) if len(tasks) == 1 else script_args.dataset_test_split  # one file: its only split
-        test = split_of(tasks, split, eval_name, "--dataset_test_split")
-    elif script_args.dataset_test_split in dataset:
-        eval_name, test = name, dataset[script_args.dataset_test_split]
-    else:  # hold some training tasks out for evaluation
-        train, test = hold_out(train, script_args.num_eval_examples, seed)
-        eval_name = name
-    test = test.select(range(min(script_args.num_eval_examples, len(test))))
-
-    def fits(row):
-        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
-                                            add_generation_prompt=True, tokenize=True, return_dict=False)
-        return len(ids) <= script_args.max_prompt_tokens
-
-    splits = []
-    for rows, source in ((train, name), (test, eval_name)):
-        tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
-        for task in tasks:
-            task["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
-                              {"role": "user", "content": task_message(**{k: task[k] for k in
-                                                                          ("prompt", "tests", "entry_point", "setup")})}]
-        rows = Dataset.from_list(tasks) if tasks else Dataset.from_dict({"prompt": []})
-        before = len(rows)
-        rows = rows.filter(fits) if before else rows
-        if len(rows) < before:
-            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
-                  "tokens (--max_prompt_tokens)")
-        splits.append(rows)
-    if len(splits[0]) == 0:
-        raise RecipeError(f"no usable training task in '{name}' fits in {script_args.max_prompt_tokens} tokens: "
-                          "check the columns (--prompt_column, --tests_column) or raise --max_prompt_tokens")
-    return splits[0], splits[1]
-
-
-# %% [markdown]
-# ## Rubric
-# Helpers the rewards share: the final message of a trajectory and the code in its ```python block.
-# %%
-# =====================================================================================
-# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
-# Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
-# =====================================================================================
-def completion_text(completion) -> str:
-    """A completion is a string, or a list of chat messages: take the last assistant message."""
-    if isinstance(completion, str):
-        return completion
-    for message in reversed(completion or []):
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            return str(message.get("content") or "")
-    return ""
-
-
-CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def extract_answer(text: str):
-    """The code in the final message's last ```python block (a bare ``` block counts too), or None."""
-    blocks = CODE_BLOCK.findall(text)
-    return blocks[-1] if blocks else None
-
-
-# %% [markdown]
-# The reward that matters most, decided by the hidden tests: 0.2 for the share of test cases passed (partial
-# progress shows) plus 0.8 when all of them pass. Edit it, then run it and every cell below again.
-# %%
-PARTIAL_CREDIT = 0.2  # for the share of test cases passed; the rest only when every case passes
-
-
-def tests_passed_reward(completions, tests, entry_point, setup, **kwargs) -> list[float]:
-    """0.2 x the share of hidden test cases the final code passes, + 0.8 if it passes them all; 0.0 without code."""
-    codes = [extract_answer(completion_text(c)) for c in completions]
-    results = run_hidden_tests_batch(codes, tests, entry_point, setup)
-    return [PARTIAL_CREDIT * sum(r["passed"]) / len(r["passed"]) + (1 - PARTIAL_CREDIT) * all(r["passed"])
-            if r["passed"] else 0.0 for r in results]
-
-
-# %% [markdown]
-# Format: 1.0 when the final message has exactly one ```python block, and its code compiles and defines the function.
-# %%
-def code_format_reward(completions, entry_point, **kwargs) -> list[float]:
-    """1.0 for exactly one ```python block in the final message, compiling and defining the entry point."""
-    scores = []
-    for completion, name in zip(completions, entry_point):
-        blocks = CODE_BLOCK.findall(completion_text(completion))
-        scores.append(1.0 if len(blocks) == 1 and defines(blocks[0], name) else 0.0)
-    return scores
-
-
-# %% [markdown]
-# Turn-level credit, 0.5 per run_python call that ran without error, capped at 1.0, for trying the code.
-# %%
-def successful_run_credit(environments, **kwargs) -> list[float]:
-    """0.5 per run_python call that ran without error, capped at 1.0: turn-level credit for trying code."""
-    return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
-
-
-# %% [markdown]
-# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
-# above; keep the format and tool terms together well below passing the tests.
-# %%
-# (reward function, weight). Passing every hidden test pays 1.0; format and tool use together pay
-# at most 0.2 (tests/test_grpo_code.py checks the cap), so neither outweighs working code.
-RUBRIC = [
-    (tests_passed_reward, 1.0),
-    (code_format_reward, 0.1),
-    (successful_run_credit, 0.1),
-]
-
-
 # %% [markdown]
 # ## Trainer
-# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
-# change here.
+# Flags and the demo fallback, input checks, checkpoints, the model and tokenizer, sample printing and saving.
 # %%
-# =====================================================================================
-# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
-# =====================================================================================
 class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
 
@@ -1377,10 +1367,116 @@ def format_trajectory(completion) -> str:
     return "\n".join(lines)
 
 
+def apply_hardware_defaults(config, output_root: str):
+    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder
+    (`output_root`/<time>, or the folder of the checkpoint it resumes)."""
+    if config.bf16 is None and config.fp16 is None:
+        has_cuda = torch.cuda.is_available()
+        config.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+        config.fp16 = has_cuda and not config.bf16
+    config.bf16, config.fp16 = bool(config.bf16), bool(config.fp16)
+    if not torch.cuda.is_available():
+        config.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+            config.use_cpu = True                          # not N unaware copies of a one-process run
+    if config.output_dir is None:
+        if config.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+            config.output_dir = str(Path(config.resume_from_checkpoint).resolve().parent)
+        else:
+            config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
+
+
+def template_error(error: ValueError, model_name: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+    if "template" not in str(error).lower():
+        return error
+    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
+                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+# %% [markdown]
+# ## Reading data
+# A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
+# %%
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name data.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 # %% [markdown]
 # ## Evaluation
-# Greedy multi-turn rollouts on the held-out tasks with run_python enabled, scored by the hidden tests (pass@1, the
-# share of tests passed and of compiling solutions) and for tool use, before and after training.
+# The rubric's scores of held-out answers, pass@N and the signal report; each recipe's `evaluate`, above the
+# line, says which metrics it reports.
+# %%
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+# %% [markdown]
+# ## Multi-turn rollouts
+# Greedy (and sampled) conversations on held-out rows with the tools enabled, as in training: each row's
+# environment is reset with the row, tool calls are run and their results fed back, round after round.
 # %%
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
 
@@ -1469,77 +1565,6 @@ def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     model.train(was_training)
     tokenizer.padding_side = padding_side
     return [by_row[row] for row in rows]
-
-
-def score(completions: list, **columns) -> list[dict]:
-    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
-    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
-    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
-    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
-             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
-            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
-
-
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
-             trajectories: Path | None = None, step: int | None = None) -> dict:
-    """Greedy multi-turn rollouts on held-out tasks, run_python enabled, scored by their hidden tests: accuracy
-    (pass@1: every test passes), the mean share of tests passed, the share of compiling solutions, run_python
-    success and calls per task; with num_samples > 1 also pass@1, pass@N and the signal report. Every rollout,
-    its rewards and why its tests failed go to `trajectories` (one JSON line per task)."""
-    if len(dataset) == 0:
-        return {}
-    samples = num_samples if num_samples > 1 else 0
-    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
-    flat = [conversation for row in found for conversation, _ in row]
-    envs = [env for row in found for _, env in row]
-    columns = {key: [value for value, row in zip(dataset[key], found) for _ in row]
-               for key in ("answer", "tests", "entry_point", "setup")}
-    scores = score(flat, environments=envs, **columns)
-    # Straight from the tests, whatever RUBRIC holds: a rubric under test must not grade itself
-    codes = [extract_answer(completion_text(c)) for c in flat]
-    results = run_hidden_tests_batch(codes, columns["tests"], columns["entry_point"], columns["setup"])
-    correct = [float(bool(r["passed"]) and all(r["passed"])) for r in results]
-    greedy = list(range(0, len(flat), 1 + samples))
-    calls = sum(envs[i].calls for i in greedy)
-    failures = sum(envs[i].failures for i in greedy)
-    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
-               "tests_passed": sum(sum(results[i]["passed"]) / max(1, len(results[i]["passed"])) for i in greedy)
-               / len(greedy),
-               "compiles": sum(codes[i] is not None and defines(codes[i], columns["entry_point"][i])
-                               for i in greedy) / len(greedy),
-               "tool_call_success": (calls - failures) / calls if calls else 0.0,
-               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
-               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
-    if samples:
-        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
-    if trajectories is not None and trainer.accelerator.is_main_process:
-        with open(trajectories, "a", encoding="utf-8") as f:
-            for n, (prompt, reference, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
-                f.write(json.dumps({"step": step, "prompt": prompt, "answer": reference, "completions": [
-                    {"text": flat[i], "greedy": i == first, "parsed_answer": codes[i], **scores[i],
-                     "tests": {key: results[i][key] for key in ("passed", "errors", "harness_error")}}
-                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
-    return metrics
-
-
-def sample_metrics(right: list, samples: int) -> dict:
-    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
-    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
-            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
-            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
-                       "mixed": sum(0 < k < samples for k in right) / len(right),
-                       "all_right": sum(k == samples for k in right) / len(right)}}
-
-
-def signal_report(metrics: dict) -> str:
-    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
-    n, signal = metrics["num_samples"], metrics["signal"]
-    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
-              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
-              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
-    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
-            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 def tools_of(env: ToolEnvironment) -> list:
@@ -1725,7 +1750,7 @@ def plot_curves(log_history: list[dict], path: Path):
 
 
 # %% [markdown]
-# ## Training
+# ## Command line
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
 def main(argv=None):
@@ -1736,7 +1761,8 @@ def main(argv=None):
     check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
-    train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)
+    # grpo_search.py's load_data also returns the corpus, which its build_trainer indexes
+    train_dataset, eval_dataset, *recipe_data = load_data(script_args, tokenizer, training_args.seed)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -1749,23 +1775,7 @@ def main(argv=None):
                                     script_args.train_samples_per_log)
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
-    try:
-        trainer = GRPOTrainer(
-            model=load_model(model_args),
-            reward_funcs=rewards,
-            args=training_args,
-            train_dataset=train_dataset,
-            processing_class=tokenizer,
-            environment_factory=ToolEnvironment,
-            peft_config=get_peft_config(model_args),
-            quantization_config=get_quantization_config(model_args),
-        )
-    except ValueError as error:
-        if "template" in str(error).lower():  # TRL parses tool calls only for templates it knows
-            raise RecipeError(f"'{model_args.model_name_or_path}' has a chat template TRL cannot drive tool calls "
-                              "with. Use a model of a supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, "
-                              "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
-        raise
+    trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
 
     main_process = trainer.accelerator.is_main_process
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
@@ -1773,12 +1783,12 @@ def main(argv=None):
             (output_dir / name).unlink(missing_ok=True)
     evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
                       max_rounds=training_args.max_tool_calling_iterations)
+    width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process
         if main_process:
             results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
-                           eval_dataset=script_args.eval_dataset_name,
-                           num_processes=trainer.accelerator.num_processes,
+                           **run_facts(script_args), num_processes=trainer.accelerator.num_processes,
                            wall_time_seconds=round(time.time() - started, 1))
             (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
 
@@ -1788,9 +1798,8 @@ def main(argv=None):
         report(results)
         if main_process and results["eval_only"]:
             scores = results["eval_only"]
-            print(f"\nheld-out ({scores['num_examples']} tasks, greedy): pass@1 {scores['accuracy']:.2f}, tests "
-                  f"passed {scores['tests_passed']:.2f}, compiles {scores['compiles']:.2f}, run_python calls "
-                  f"{scores['mean_tool_calls']:.2f}")
+            print(f"\nheld-out ({scores['num_examples']} examples, greedy; accuracy is {ACCURACY_IS}): "
+                  + ", ".join(f"{key} {scores[key]:.2f}" for key in HELD_OUT_TABLE if scores[key] is not None))
             if "signal" in scores:
                 print(signal_report(scores))
             print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
@@ -1801,7 +1810,7 @@ def main(argv=None):
                                   trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
     if main_process and "signal" in results["before"]:
         print(signal_report(results["before"]))
-    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome="tests_passed_reward")
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome=OUTCOME_REWARD)
     trainer.add_callback(monitor)
     trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
                                                                            len(eval_dataset)))),
@@ -1821,10 +1830,11 @@ def main(argv=None):
     if main_process:
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         if results["before"]:
-            print(f"\n{'held-out':<18}{'before':>8}{'after':>8}   ({results['after']['num_examples']} tasks; accuracy "
-                  "is pass@1 on the hidden tests)")
-            for key in ("accuracy", "tests_passed", "compiles", "tool_call_success", "mean_tool_calls"):
-                print(f"{key:<18}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+            print(f"\n{'held-out':<{width}}{'before':>8}{'after':>8}   ({results['after']['num_examples']} examples; "
+                  f"accuracy is {ACCURACY_IS})")
+            for key in HELD_OUT_TABLE:
+                if results["before"][key] is not None:
+                    print(f"{key:<{width}}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
                                                                    for w in monitor.warnings))
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
@@ -1839,5 +1849,4 @@ if __name__ == "__main__":
     try:
         main()
     except RecipeError as error:
-        sys.exit(f"grpo_code.py: error: {error}")
-
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")

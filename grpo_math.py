@@ -1,6 +1,5 @@
 # %% [markdown]
 # ## Imports
-# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -45,10 +44,8 @@ What to expect
     about 1.8 minutes in all (300 steps, 7 held-out checks). See README.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct starts near 20-30% on GSM8K in this strict format
     and climbs over a few hundred steps; the format rewards rise first, correctness follows.
-Outputs, in --output_dir: checkpoints, the final model, eval.json (accuracy and format rate
-before and after training), training_curves.png (with held-out
-accuracy during training), the run monitor's warnings in eval.json, and every evaluated answer in
-eval_*.jsonl (README: Watching a run).
+Outputs, in --output_dir: checkpoints, the final model, eval.json (held-out scores before and after, the monitor's
+warnings), training_curves.png and every evaluated answer in eval_*.jsonl (README: Watching a run).
 
 How this departs from textbook GRPO (DeepSeekMath), all of it TRL's defaults unless noted
     - beta = 0: no KL penalty and no reference model (less memory; DAPO, Dr. GRPO do the same).
@@ -58,15 +55,7 @@ How this departs from textbook GRPO (DeepSeekMath), all of it TRL's defaults unl
       the format terms together pay less than a correct answer, so no format hack beats solving.
 """
 
-import functools
-import glob
-import importlib.util
-import json
-import math
-import os
-import re
-import sys
-import time
+import functools, glob, importlib.util, json, math, os, re, sys, time  # noqa: E401
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -88,10 +77,6 @@ def arg(default, help):
 # ## Config
 # The system prompt the model must follow and the model to train: change `DEFAULT_MODEL` to train another one.
 # %%
-# =====================================================================================
-# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
-# YAML file (--config file.yaml) and an argument of main([...]) from Python.
-# =====================================================================================
 SYSTEM_PROMPT = """Respond in the following format:
 <reasoning>
 ...
@@ -159,21 +144,7 @@ class RecipeConfig(GRPOConfig):
     resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
 
     def __post_init__(self):
-        # Hardware-aware precision, decided here so that derived settings below see the final values.
-        if self.bf16 is None and self.fp16 is None:
-            has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
-            self.fp16 = has_cuda and not self.bf16
-        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
-        if not torch.cuda.is_available():
-            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
-                self.use_cpu = True                          # not N unaware copies of a one-process run
-        if self.output_dir is None:
-            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
-                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
-            else:
-                self.output_dir = time.strftime("outputs/grpo_math/%Y%m%d-%H%M%S")
+        apply_hardware_defaults(self, "outputs/grpo_math")  # precision for the hardware, the run's folder
         super().__post_init__()
 
 
@@ -181,8 +152,7 @@ class RecipeConfig(GRPOConfig):
 # The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/`, which need
 # no network.
 # %%
-# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
-# the defaults above (flags and YAML still win). A tiny model needs a far larger learning rate.
+# These replace the defaults above (flags and YAML still win). A tiny model needs a far larger learning rate.
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
 DEMO_SETTINGS = dict(
     model_name_or_path=str(ASSETS / "tiny-qwen-math"),  # made by assets/make_demo_assets.py
@@ -208,43 +178,10 @@ DEMO_SETTINGS = dict(
 # ## Data
 # Each question becomes a chat prompt under the system prompt; pass `--dataset_name` to train on your own data.
 # %%
-# =====================================================================================
-# DATA: questions become chat prompts; the answer column is kept for the rewards.
-# =====================================================================================
-def hold_out(train, size: int, seed: int):
-    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
-    size = min(size, len(train) // 2)
-    if size == 0:
-        return train, train.select([])
-    split = train.train_test_split(test_size=size, seed=seed)
-    return split["train"], split["test"]
-
-
 def load_data(script_args, tokenizer, seed):
-    from datasets import load_dataset
-
     name = script_args.dataset_name
-    path = Path(name)
-    try:
-        if path.is_file():  # a single local file: its format comes from the extension
-            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
-            if builder is None:
-                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file")
-            dataset = load_dataset(builder, data_files=str(path))
-        else:  # a Hub id, or a local folder holding train/test files
-            dataset = load_dataset(name, script_args.dataset_config)
-    except (ConnectionError, FileNotFoundError, OSError) as error:
-        if isinstance(error, RecipeError):
-            raise
-        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
-                          "network, or pass a local file with --dataset_name data.jsonl") from None
-    except ValueError as error:  # e.g. a missing or unknown configuration name
-        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
-
-    if script_args.dataset_train_split not in dataset:
-        raise RecipeError(f"dataset '{name}' has no split '{script_args.dataset_train_split}' "
-                          f"(it has {list(dataset)}): pass --dataset_train_split NAME")
-    train = dataset[script_args.dataset_train_split]
+    dataset = read_dataset(name, script_args.dataset_config)
+    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
     for flag, column in [("question_column", script_args.question_column),
                          ("answer_column", script_args.answer_column)]:
         if column not in train.column_names:
@@ -292,11 +229,6 @@ def load_data(script_args, tokenizer, seed):
 # ## Rubric
 # Helpers the rewards share: the text of a completion, its one `<answer>` block and the number in it.
 # %%
-# =====================================================================================
-# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
-# TRL calls them with the completions plus every dataset column (here: `answer`).
-# Each returns a score in [0, 1]; RUBRIC below weighs them. Copies live in rewards.py.
-# =====================================================================================
 def completion_text(completion) -> str:
     """A completion is a string, or a list of chat messages: take the last assistant message."""
     if isinstance(completion, str):
@@ -440,13 +372,77 @@ RUBRIC = [
 
 
 # %% [markdown]
-# ## Trainer
-# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
-# change here.
+# ## Training
+# The call that trains: the rubric wired into TRL's `GRPOTrainer`. Then how a run is judged: the held-out metrics
+# `evaluate` reports before and after training, and the reward the run monitor watches.
 # %%
-# =====================================================================================
-# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
-# =====================================================================================
+OUTCOME_REWARD = "correctness_reward"  # the reward the run monitor compares the others with
+HELD_OUT_TABLE = ("accuracy", "format_rate")  # the before/after table printed at the end
+ACCURACY_IS = "the gold number in the answer block"
+
+
+def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
+    return GRPOTrainer(
+        model=load_model(model_args),
+        reward_funcs=rewards,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+
+
+def run_facts(script_args) -> dict:
+    """What eval.json records about the run besides the model, the dataset and the scores."""
+    return {}
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int | None = None,
+             num_samples: int = 1, trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy accuracy and strict-format rate in [0, 1]; with num_samples > 1 also pass@1, pass@N and the signal
+    report. Every completion, parsed answer and reward goes to `trajectories` (one JSON line per question). One turn
+    per answer: `max_rounds` (tool-call rounds, for the tool scripts) is unused."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    answers = generate_answers(trainer, dataset, batch_size, max_new_tokens, samples)
+    golds = list(dataset["answer"])
+    flat = [text for row in answers for text in row]
+    scores = score(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
+    per_row, first = [], 0
+    for row in answers:
+        per_row.append(scores[first:first + len(row)])
+        first += len(row)
+    # Accuracy and format are these two functions whatever RUBRIC holds: a rubric under test must not grade itself
+    correct = correctness_reward(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
+    greedy = [first for first in range(0, len(flat), 1 + samples)]
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "format_rate": sum(strict_format_reward([flat[i] for i in greedy])) / len(greedy),
+               "num_examples": len(greedy), "questions_per_process": trainer._questions_per_process,
+               "sample_completion": answers[0][0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for prompt, gold, texts, scored in zip(dataset["prompt"], golds, answers, per_row):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
+                    {"text": text, "greedy": i == 0, "parsed_answer": extract_answer(text), **s}
+                    for i, (text, s) in enumerate(zip(texts, scored))]}) + "\n")
+    return metrics
+
+
+# %% [markdown]
+# # Machinery
+# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
+#
+# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
+# how the scripts run: each part is written out in every script that needs it, word for word (tests/
+# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# %% [markdown]
+# ## Trainer
+# Flags and the demo fallback, input checks, checkpoints, the model and tokenizer, sample printing and saving.
+# %%
 class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
 
@@ -558,28 +554,154 @@ def load_tokenizer(model_args, training_args):
     return tokenizer
 
 
-def with_sample_printing(reward_func, every: int):
-    """Wrap a reward so that it also prints one completion every `every` steps (main process)."""
+def with_logging(reward_func, every: int):
+    """Wrap a reward so that it also logs tool use per rollout and prints one trajectory every
+    `every` steps (main process)."""
     last_printed = {"step": -every}
 
     @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
     def wrapper(completions, **kwargs):
         scores = reward_func(completions, **kwargs)
+        if kwargs.get("log_metric") and kwargs.get("environments"):
+            environments = kwargs["environments"]
+            kwargs["log_metric"]("tools/calls_per_rollout", sum(e.calls for e in environments) / len(environments))
+            turns = [sum(1 for m in c if m.get("role") == "assistant") for c in completions if not isinstance(c, str)]
+            if turns:
+                kwargs["log_metric"]("tools/turns_per_rollout", sum(turns) / len(turns))
         state = kwargs.get("trainer_state")
         step = state.global_step if state is not None else 0
         if every and step - last_printed["step"] >= every and int(os.environ.get("RANK", "0")) == 0:
             last_printed["step"] = step
             print(f"\n--- sample at step {step} ({reward_func.__name__} = {scores[0]}) ---\n"
-                  f"{completion_text(completions[0])[:600]}\n---")
+                  f"{format_trajectory(completions[0])[:800]}\n---")
         return scores
 
     return wrapper
 
 
+def format_trajectory(completion) -> str:
+    """A rollout as readable text: assistant turns, tool calls and tool results."""
+    if isinstance(completion, str):
+        return completion
+    lines = []
+    for message in completion:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            lines.append(f"[{message.get('role')} calls] {function.get('name')}({json.dumps(function.get('arguments'))})")
+        if message.get("content"):
+            lines.append(f"[{message.get('role')}] {message['content']}")
+    return "\n".join(lines)
+
+
+def apply_hardware_defaults(config, output_root: str):
+    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder
+    (`output_root`/<time>, or the folder of the checkpoint it resumes)."""
+    if config.bf16 is None and config.fp16 is None:
+        has_cuda = torch.cuda.is_available()
+        config.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+        config.fp16 = has_cuda and not config.bf16
+    config.bf16, config.fp16 = bool(config.bf16), bool(config.fp16)
+    if not torch.cuda.is_available():
+        config.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+            config.use_cpu = True                          # not N unaware copies of a one-process run
+    if config.output_dir is None:
+        if config.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+            config.output_dir = str(Path(config.resume_from_checkpoint).resolve().parent)
+        else:
+            config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
+
+
+def template_error(error: ValueError, model_name: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+    if "template" not in str(error).lower():
+        return error
+    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
+                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+# %% [markdown]
+# ## Reading data
+# A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
+# %%
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name data.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 # %% [markdown]
 # ## Evaluation
-# Greedy answers to the held-out questions (and, with `--eval_num_samples`, sampled ones), scored by the rubric; every
-# answer is kept in a trajectories file.
+# The rubric's scores of held-out answers, pass@N and the signal report; each recipe's `evaluate`, above the
+# line, says which metrics it reports.
+# %%
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+# %% [markdown]
+# ## Single-turn generation
+# Greedy (and sampled) answers to held-out questions, batched, on every process alike.
 # %%
 @torch.no_grad()
 def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples: int = 0) -> list[list[str]]:
@@ -619,68 +741,6 @@ def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num
     model.train(was_training)
     tokenizer.padding_side = padding_side
     return [by_row[row] for row in rows]
-
-
-def score(completions: list, **columns) -> list[dict]:
-    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
-    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
-    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
-    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
-             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
-            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
-
-
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples: int = 1,
-             trajectories: Path | None = None, step: int | None = None) -> dict:
-    """Greedy accuracy and strict-format rate in [0, 1]; with num_samples > 1 also pass@1, pass@N and the signal
-    report. Every completion, parsed answer and reward goes to `trajectories` (one JSON line per question)."""
-    if len(dataset) == 0:
-        return {}
-    samples = num_samples if num_samples > 1 else 0
-    answers = generate_answers(trainer, dataset, batch_size, max_new_tokens, samples)
-    golds = list(dataset["answer"])
-    flat = [text for row in answers for text in row]
-    scores = score(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
-    per_row, first = [], 0
-    for row in answers:
-        per_row.append(scores[first:first + len(row)])
-        first += len(row)
-    # Accuracy and format are these two functions whatever RUBRIC holds: a rubric under test must not grade itself
-    correct = correctness_reward(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
-    greedy = [first for first in range(0, len(flat), 1 + samples)]
-    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
-               "format_rate": sum(strict_format_reward([flat[i] for i in greedy])) / len(greedy),
-               "num_examples": len(greedy), "questions_per_process": trainer._questions_per_process,
-               "sample_completion": answers[0][0]}
-    if samples:
-        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
-    if trajectories is not None and trainer.accelerator.is_main_process:
-        with open(trajectories, "a", encoding="utf-8") as f:
-            for prompt, gold, texts, scored in zip(dataset["prompt"], golds, answers, per_row):
-                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
-                    {"text": text, "greedy": i == 0, "parsed_answer": extract_answer(text), **s}
-                    for i, (text, s) in enumerate(zip(texts, scored))]}) + "\n")
-    return metrics
-
-
-def sample_metrics(right: list, samples: int) -> dict:
-    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
-    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
-            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
-            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
-                       "mixed": sum(0 < k < samples for k in right) / len(right),
-                       "all_right": sum(k == samples for k in right) / len(right)}}
-
-
-def signal_report(metrics: dict) -> str:
-    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
-    n, signal = metrics["num_samples"], metrics["signal"]
-    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
-              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
-              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
-    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
-            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 # %% [markdown]
@@ -860,7 +920,7 @@ def plot_curves(log_history: list[dict], path: Path):
 
 
 # %% [markdown]
-# ## Training
+# ## Command line
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
 def main(argv=None):
@@ -871,40 +931,36 @@ def main(argv=None):
     check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
-    train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)
+    # grpo_search.py's load_data also returns the corpus, which its build_trainer indexes
+    train_dataset, eval_dataset, *recipe_data = load_data(script_args, tokenizer, training_args.seed)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
     training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype,
                                        "revision": model_args.model_revision,
                                        "attn_implementation": model_args.attn_implementation}
-    if training_args.reward_weights is None:
-        training_args.reward_weights = [weight for _, weight in RUBRIC]
     rewards = [func for func, _ in RUBRIC]
-    rewards[0] = with_sample_printing(rewards[0], script_args.print_samples_every)
+    rewards[0] = with_logging(rewards[0], script_args.print_samples_every)
     rewards[0] = with_sample_saving(rewards[0], output_dir / "train_samples.jsonl", training_args.logging_steps,
                                     script_args.train_samples_per_log)
-    trainer = GRPOTrainer(
-        model=load_model(model_args),
-        reward_funcs=rewards,
-        args=training_args,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    if training_args.reward_weights is None:
+        training_args.reward_weights = [weight for _, weight in RUBRIC]
+    trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
+
     main_process = trainer.accelerator.is_main_process
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
         if main_process:
             (output_dir / name).unlink(missing_ok=True)
-    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length)
+    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
+                      max_rounds=training_args.max_tool_calling_iterations)
+    width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process
         if main_process:
             results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
-                           num_processes=trainer.accelerator.num_processes,
+                           **run_facts(script_args), num_processes=trainer.accelerator.num_processes,
                            wall_time_seconds=round(time.time() - started, 1))
-            (output_dir / "eval.json").write_text(json.dumps(results, indent=2))
+            (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
 
     if script_args.eval_only:  # no optimizer, no trainer state, no checkpoint
         results = {"eval_only": evaluate(trainer, eval_dataset, num_samples=script_args.eval_num_samples,
@@ -912,8 +968,8 @@ def main(argv=None):
         report(results)
         if main_process and results["eval_only"]:
             scores = results["eval_only"]
-            print(f"\nheld-out ({scores['num_examples']} questions, greedy): accuracy {scores['accuracy']:.2f}, "
-                  f"format {scores['format_rate']:.2f}")
+            print(f"\nheld-out ({scores['num_examples']} examples, greedy; accuracy is {ACCURACY_IS}): "
+                  + ", ".join(f"{key} {scores[key]:.2f}" for key in HELD_OUT_TABLE if scores[key] is not None))
             if "signal" in scores:
                 print(signal_report(scores))
             print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
@@ -924,7 +980,7 @@ def main(argv=None):
                                   trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
     if main_process and "signal" in results["before"]:
         print(signal_report(results["before"]))
-    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome=OUTCOME_REWARD)
     trainer.add_callback(monitor)
     trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
                                                                            len(eval_dataset)))),
@@ -944,9 +1000,11 @@ def main(argv=None):
     if main_process:
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         if results["before"]:
-            print(f"\n{'held-out':<12}{'before':>8}{'after':>8}   ({results['after']['num_examples']} questions)")
-            for key in ("accuracy", "format_rate"):
-                print(f"{key:<12}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+            print(f"\n{'held-out':<{width}}{'before':>8}{'after':>8}   ({results['after']['num_examples']} examples; "
+                  f"accuracy is {ACCURACY_IS})")
+            for key in HELD_OUT_TABLE:
+                if results["before"][key] is not None:
+                    print(f"{key:<{width}}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
                                                                    for w in monitor.warnings))
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
@@ -961,4 +1019,4 @@ if __name__ == "__main__":
     try:
         main()
     except RecipeError as error:
-        sys.exit(f"grpo_math.py: error: {error}")
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")

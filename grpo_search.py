@@ -1,6 +1,5 @@
 # %% [markdown]
 # ## Imports
-# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -19,14 +18,13 @@
 """Deep-research GRPO in one file: a small model searches a corpus over several turns, reads what it
 found, searches again, and answers multi-hop questions; with credit for the turns that got it closer.
 
-Each rollout is a conversation. The model calls `search(query)` (BM25 over a local corpus: ids,
-titles and short snippets) and `open(doc_id, page)` (one page of a document), over as many turns as it
-needs, and ends with <answer>...</answer>. The questions are multi-hop (HotpotQA): the second search
-needs what the first one found. The rubric pays exact match of the answer (HotpotQA's official
-normalisation), a smaller F1 term and a format term, charges for searching past a budget, and credits
-each search that brought in a supporting document not seen before. With --turn_credit, that credit
-goes to the turn that earned it: the tokens of each assistant turn get the rollout's advantage plus
-that turn's own group-normalised reward (the idea of MT-GRPO), not one advantage for the whole rollout.
+Each rollout is a conversation. The model calls `search(query)` (BM25 over a local corpus: ids, titles and short
+snippets) and `open(doc_id, page)` (one page of a document), over as many turns as it needs, and ends with
+<answer>...</answer>. The questions are multi-hop (HotpotQA): the second search needs what the first one found. The
+rubric pays exact match of the answer (HotpotQA's official normalisation), a smaller F1 term and a format term,
+charges for searching past a budget, and credits each search that brought in a supporting document not seen before.
+With --turn_credit, that credit goes to the turn that earned it: the tokens of each assistant turn get the rollout's
+advantage plus that turn's own group-normalised reward (the idea of MT-GRPO), not one advantage for the whole rollout.
 
 Run it
     python grpo_search.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
@@ -43,39 +41,25 @@ Run it
 From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps", "10"])`.
 
 What to expect
-    CPU demo (measured, 2 cores): made-up scholars, each with a home town and a mentor; "Where was
-    the mentor of Scholar 318 born?" needs two searches. The tiny model imitated a sloppy teacher that
-    often answers after the first search with the scholar's own town. Before training, greedy, it
-    chains both searches on a third of the held-out questions and answers 0.22 of them right; after
-    80 steps it chains them on every question and answers 0.78. About 2.5 minutes. README.md has
-    the comparison with --turn_credit.
-    GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two
-    searches; a few hundred steps on HotpotQA raise exact match by a few points.
-Outputs, in --output_dir: checkpoints, the final model, eval.json (exact match, F1, supporting
-documents found, searches per question, before and after training), training_curves.png, the run
-monitor's warnings in eval.json, and every evaluated rollout in eval_*.jsonl.
+    CPU demo (measured, 2 cores): made-up scholars, each with a home town and a mentor; "Where was the mentor of
+    Scholar 318 born?" needs two searches. The tiny model imitated a sloppy teacher that often answers after the
+    first search with the scholar's own town. Before training, greedy, it chains both searches on a third of the
+    held-out questions and answers 0.22 of them right; after 80 steps it chains them on every question and answers
+    0.78. About 2.5 minutes. README.md has the comparison with --turn_credit.
+    GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two searches; a few
+    hundred steps on HotpotQA raise exact match by a few points.
+Outputs, in --output_dir: checkpoints, the final model, eval.json (held-out scores before and after, the monitor's
+warnings), training_curves.png and every evaluated rollout in eval_*.jsonl (README: Watching a run).
 
-How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one
-optimisation step per generation batch, a weighted rubric, tool results masked out of the loss);
-with --turn_credit, advantages are per token (per turn) instead of per rollout.
+How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one optimisation step per
+generation batch, a weighted rubric, tool results masked out of the loss); with --turn_credit, advantages are per
+token (per turn) instead of per rollout.
 
 Model support: TRL drives tool calls only for chat templates it recognises (Qwen2.5, Qwen3,
 Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
-import functools
-import glob
-import hashlib
-import importlib.util
-import json
-import math
-import os
-import re
-import shutil
-import string
-import sys
-import tempfile
-import time
+import functools, glob, hashlib, importlib.util, json, math, os, re, shutil, string, sys, tempfile, time  # noqa: E401
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,10 +82,6 @@ def arg(default, help):
 # The system prompt the model must follow, the model to train and the data: change `DEFAULT_MODEL` to train another
 # one (its chat template must be one TRL can drive tool calls with).
 # %%
-# =====================================================================================
-# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
-# YAML file (--config file.yaml) and an argument of main([...]) from Python.
-# =====================================================================================
 SYSTEM_PROMPT = """Answer the question using the tools: search finds documents, open reads one. Search again with what you find until you know the answer. End with <answer>short answer</answer>."""
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
@@ -115,20 +95,16 @@ DEFAULT_DATASET = ("hotpotqa/hotpot_qa", "distractor")  # multi-hop questions; t
 @dataclass
 class ScriptArguments:
     dataset_name: str = arg(None, "Questions: a Hub dataset id, or a local .json/.jsonl/.parquet file or folder. "
-                                  "Default: HotpotQA, distractor setting (the toy questions in assets/ for the "
-                                  "offline demo).")
+                                  "Default: HotpotQA, distractor setting (the demo: the toy questions in assets/).")
     dataset_config: str = arg(None, "Dataset configuration, e.g. 'distractor' for HotpotQA.")
     dataset_train_split: str = arg("train", "Split(s) to train on, joined with '+'.")
-    dataset_test_split: str = arg(None, "Split to evaluate on. Default: 'validation' (HotpotQA's), else 'test'; "
-                                        "without either, held-out training questions.")
+    dataset_test_split: str = arg(None, "Split to evaluate on. Default: 'validation', else 'test', else held out.")
     corpus_name: str = arg(None, "Documents to search: a .jsonl/.json/.parquet file or a Hub id, with an id (or "
-                                 "title) and a text column. Default: the questions' own paragraphs (HotpotQA's "
-                                 "context column), from every split used.")
+                                 "title) and a text column. Default: the paragraphs of every used split's context.")
     question_column: str = arg("question", "Column with the question.")
     answer_column: str = arg("answer", "Column with the gold answer: a string, or a list of accepted answers.")
-    supporting_column: str = arg(None, "Column with the ids of the documents the answer rests on, for the search "
-                                       "credit and the metrics. Default: 'supporting_docs', else HotpotQA's "
-                                       "'supporting_facts'; without one there is no search credit.")
+    supporting_column: str = arg(None, "Column with the ids of the documents the answer rests on (search credit, "
+                                       "metrics). Default: 'supporting_docs', else HotpotQA's 'supporting_facts'.")
     search_top_k: int = arg(5, "Results per search.")
     snippet_chars: int = arg(200, "Characters of each result's text that search shows.")
     page_chars: int = arg(1000, "Characters per page that open shows; long documents never flood the context.")
@@ -140,12 +116,9 @@ class ScriptArguments:
     num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
     eval_batch_size: int = arg(32, "Questions per generate() call during evaluation.")
     print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
-    eval_only: bool = arg(False, "Evaluate --model_name_or_path (a Hub id, a folder, a checkpoint, a PEFT adapter "
-                                 "folder) on the held-out questions and write eval.json; no training.")
-    eval_num_samples: int = arg(1, "1 = greedy only. N > 1: also sample N rollouts per question at the training "
-                                   "temperature for pass@1, pass@N and the signal report (before training).")
-    mid_eval_steps: int = arg(0, "Every this many steps, greedy exact match on --num_mid_eval_examples held-out "
-                                 "questions, logged and plotted as eval/accuracy (0 = off).")
+    eval_only: bool = arg(False, "Evaluate --model_name_or_path (any model, checkpoint or adapter) and exit.")
+    eval_num_samples: int = arg(1, "1 = greedy only; N > 1 also samples N rollouts a question: pass@N, signal report.")
+    mid_eval_steps: int = arg(0, "Every this many steps, held-out exact match, logged and plotted (0 = off).")
     num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
     train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
 
@@ -178,21 +151,7 @@ class RecipeConfig(GRPOConfig):
     resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
 
     def __post_init__(self):
-        # Hardware-aware precision, decided here so that derived settings below see the final values.
-        if self.bf16 is None and self.fp16 is None:
-            has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
-            self.fp16 = has_cuda and not self.bf16
-        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
-        if not torch.cuda.is_available():
-            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
-                self.use_cpu = True                          # not N unaware copies of a one-process run
-        if self.output_dir is None:
-            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
-                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
-            else:
-                self.output_dir = time.strftime("outputs/grpo_search/%Y%m%d-%H%M%S")
+        apply_hardware_defaults(self, "outputs/grpo_search")  # precision for the hardware, the run's folder
         super().__post_init__()
 
 
@@ -200,8 +159,7 @@ class RecipeConfig(GRPOConfig):
 # The offline demo's settings, used when there is no CUDA GPU: a tiny model, toy two-hop questions and their corpus
 # from `assets/`, which need no network.
 # %%
-# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
-# the defaults above (flags and YAML still win).
+# These replace the defaults above (flags and YAML still win).
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
 DEMO_SETTINGS = dict(
     model_name_or_path=str(ASSETS / "tiny-qwen-search"),      # made by assets/make_demo_assets.py
@@ -229,98 +187,72 @@ DEMO_SETTINGS = dict(
 
 
 # %% [markdown]
-# ## Tools
-# The search index, then `search` and `open`, the tools the model may call.
+# ## Data
+# Each question becomes a chat prompt under the system prompt, with its gold answers and supporting documents kept
+# for the rewards. The corpus is a file of documents (`--corpus_name`), or, for HotpotQA, the questions' own
+# paragraphs; its BM25 index is built once and cached next to it.
 # %%
-# =====================================================================================
-# TOOLS: a BM25 index over the corpus (bm25s), and the two tools that read it.
-# Errors come back as text for the model to read, never as exceptions.
-# =====================================================================================
+def load_data(script_args, tokenizer, seed):
+    """(train, eval, corpus): datasets of chat prompts with the columns the rewards read, and the documents."""
+    if min(script_args.search_top_k, script_args.snippet_chars, script_args.page_chars, script_args.search_budget) < 1:
+        raise RecipeError("--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more")
+    from datasets import Dataset
+
+    name = script_args.dataset_name
+    dataset = read_dataset(name, script_args.dataset_config)
+    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
+    test_split = script_args.dataset_test_split or next((s for s in ("validation", "test") if s in dataset), None)
+    if test_split is not None:
+        test = split_of(dataset, test_split, name, "--dataset_test_split")
+    else:  # hold some training questions out for evaluation
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
+    test = test.select(range(min(script_args.num_eval_examples, len(test))))
+    corpus = load_corpus(script_args, [train, test])
+    known = {doc["id"] for doc in corpus}
+
+    def fits(row):
+        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids) <= script_args.max_prompt_tokens
+
+    splits = []
+    for rows in (train, test):
+        questions = to_questions(rows, script_args, name)
+        missing = sum(doc not in known for q in questions for doc in q["supporting_docs"])
+        if missing:
+            print(f"{missing} supporting document id(s) of '{name}' are not in the corpus: they cannot be found "
+                  "(check that the ids match the corpus's id column)")
+        for question in questions:
+            question["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                  {"role": "user", "content": question["question"]}]
+        rows = Dataset.from_list(questions) if questions else Dataset.from_dict({"prompt": []})
+        before = len(rows)
+        rows = rows.filter(fits) if before else rows
+        if len(rows) < before:
+            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
+                  "tokens (--max_prompt_tokens)")
+        splits.append(rows)
+    if len(splits[0]) == 0:
+        raise RecipeError(f"no training question in '{name}' fits in {script_args.max_prompt_tokens} tokens: raise "
+                          "--max_prompt_tokens")
+    return splits[0], splits[1], corpus
+
+
+# %% [markdown]
+# ## Tools
+# `search` and `open` over a BM25 index of the corpus (built below the line). `ToolEnvironment`, one per rollout: its
+# public methods are the tools the model is offered (their docstrings are what it reads); it keeps a tally for the
+# rewards: calls, failures, the documents seen, and which searches brought in a supporting document not seen before.
+# %%
 SEARCH_MAX_QUERY_CHARS = 300  # a query is a few keywords: longer ones are refused, not searched
 INDEX_STOPWORDS = "en"        # bm25s's English stop words, dropped from documents and queries alike
 
 
-class SearchIndex:
-    """BM25 over documents {id, title, text} with bm25s, built once and cached on disk: a folder named after a hash
-    of the documents and the settings, so that a changed corpus is indexed again."""
-
-    def __init__(self, documents: list[dict], cache_dir: Path):
-        import bm25s
-
-        self.documents = {doc["id"]: doc for doc in documents}
-        self.ids = list(self.documents)
-        digest = hashlib.sha256(f"{bm25s.__version__}|{INDEX_STOPWORDS}".encode())
-        for doc in self.documents.values():
-            digest.update(f"{doc['id']}\0{doc['title']}\0{doc['text']}\0".encode())
-        self.path = Path(cache_dir) / f"bm25s-{digest.hexdigest()[:16]}"
-        self._cache = {}
-        if (self.path / "params.index.json").exists():
-            self.retriever = bm25s.BM25.load(self.path, show_progress=False)
-            return
-        texts = [f"{doc['title']}\n{doc['text']}" for doc in self.documents.values()]
-        self.retriever = bm25s.BM25()
-        self.retriever.index(bm25s.tokenize(texts, stopwords=INDEX_STOPWORDS, show_progress=len(texts) > 10_000),
-                             show_progress=len(texts) > 10_000)
-        staging = None
-        try:  # written aside, then renamed: a reader (another process) never sees half an index
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=".bm25s-"))
-            self.retriever.save(staging, show_progress=False)
-            os.replace(staging, self.path)
-        except OSError:  # a read-only folder, or another process saved the same index first: use this one
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-
-    def search(self, query: str, k: int) -> list[str]:
-        """Ids of the (at most) k best-matching documents, best first; none when no query word is in the corpus."""
-        import bm25s
-
-        if (query, k) not in self._cache:
-            tokens = bm25s.tokenize([query], stopwords=INDEX_STOPWORDS, return_ids=False, show_progress=False)
-            hits = []
-            if tokens[0]:
-                found, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False,
-                                                        n_threads=1)
-                hits = [self.ids[i] for i, s in zip(found[0], scores[0]) if s > 0]
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[(query, k)] = hits
-        return self._cache[(query, k)]
-
-    def pages(self, doc_id: str, page_chars: int) -> list[str]:
-        """A document's text cut into pages of about page_chars characters, at spaces."""
-        text, pages = self.documents[doc_id]["text"], []
-        while len(text) > page_chars:
-            cut = text.rfind(" ", 0, page_chars + 1)
-            cut = cut if cut > 0 else page_chars
-            pages.append(text[:cut])
-            text = text[cut:].lstrip()
-        return pages + [text]
-
-    def entry(self, doc_id: str, snippet_chars: int) -> str:
-        """One search result: [id] title: the start of the text (the title only where it differs from the id)."""
-        doc = self.documents[doc_id]
-        snippet = doc["text"].strip()
-        if len(snippet) > snippet_chars:
-            snippet = snippet[:snippet.rfind(" ", 0, snippet_chars) if " " in snippet[:snippet_chars]
-                              else snippet_chars] + " ..."
-        return f"[{doc_id}] " + (f"{doc['title']}: " if doc["title"] != doc_id else "") + snippet
-
-
-# %% [markdown]
-# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
-# what it reads); it keeps a tally for the rewards: calls, failures, the documents seen, and which searches brought
-# in a supporting document not seen before.
-# %%
 class ToolEnvironment:
-    """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
+    """One per rollout (TRL's environment_factory); rewards read its tally through their `environments` argument."""
 
-    Every public method except reset() is offered to the model as a tool; its docstring is the
-    tool's description. Rewards read the tally through their `environments` argument.
-    """
-
-    index = None  # the SearchIndex all rollouts share; main() builds it
-    top_k, snippet_chars, page_chars, budget = 5, 200, 1000, 4  # main() sets them from the flags
+    index = None  # the SearchIndex all rollouts share; build_trainer builds it
+    top_k, snippet_chars, page_chars, budget = 5, 200, 1000, 4  # build_trainer sets them from the flags
 
     def reset(self, supporting_docs=None, **row):
         self.calls, self.failures, self.searches = 0, 0, 0
@@ -380,183 +312,10 @@ class ToolEnvironment:
 
 
 # %% [markdown]
-# ## Data
-# Each question becomes a chat prompt under the system prompt, with its gold answers and supporting documents kept
-# for the rewards. The corpus is a file of documents (`--corpus_name`), or, for HotpotQA, the questions' own
-# paragraphs; its BM25 index is built once and cached next to it.
-# %%
-# =====================================================================================
-# DATA: questions become chat prompts; answers and supporting document ids are kept for the rewards.
-# =====================================================================================
-def read_dataset(name: str, config):
-    """A Hub dataset or a local file or folder, as a DatasetDict."""
-    from datasets import load_dataset
-
-    path = Path(name)
-    try:
-        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
-            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
-            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
-            if builder is None:
-                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
-            return load_dataset(builder, data_files=str(path))
-        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
-    except (ConnectionError, FileNotFoundError, OSError) as error:
-        if isinstance(error, RecipeError):
-            raise
-        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
-                          "network, or pass a local file with --dataset_name tasks.jsonl") from None
-    except ValueError as error:  # e.g. a missing or unknown configuration name
-        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
-
-
-def split_of(dataset, split: str, name: str, flag: str):
-    """One split, or several joined with '+' (e.g. 'train+validation')."""
-    from datasets import concatenate_datasets
-
-    missing = [part for part in split.split("+") if part not in dataset]
-    if missing:
-        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
-    return concatenate_datasets([dataset[part] for part in split.split("+")])
-
-
-def hold_out(train, size: int, seed: int):
-    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
-    size = min(size, len(train) // 2)
-    if size == 0:
-        return train, train.select([])
-    split = train.train_test_split(test_size=size, seed=seed)
-    return split["train"], split["test"]
-
-
-def paragraphs_of(context) -> list[dict]:
-    """HotpotQA's context as documents {id, title, text}, the Wikipedia title as the id: {title: [...], sentences:
-    [[...]]} as on the Hub, or [[title, [sentences]], ...] as in the original json files."""
-    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context or []
-    return [{"id": str(title), "title": str(title), "text": "".join(map(str, sentences)).strip()}
-            for title, sentences in pairs]
-
-
-def supporting_ids(value) -> list[str]:
-    """Supporting document ids from a list of ids, or from HotpotQA's supporting_facts ({title: [...], sent_id:
-    [...]}, or [[title, sent_id], ...]), without repeats."""
-    if isinstance(value, dict):
-        value = value.get("title", [])
-    if isinstance(value, str):  # one id, not a list of them
-        value = [value]
-    return list(dict.fromkeys(str(v[0] if isinstance(v, (list, tuple)) else v) for v in value or []))
-
-
-def to_questions(rows, script_args, name: str) -> list[dict]:
-    """Rows -> {question, answer (a list of accepted answers), supporting_docs (ids; [] when unknown)}."""
-    columns = rows.column_names
-    for flag, column in (("question_column", script_args.question_column), ("answer_column", script_args.answer_column)):
-        if column not in columns:
-            raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {columns}): pass --{flag} NAME")
-    supporting = script_args.supporting_column
-    if supporting is not None and supporting not in columns:
-        raise RecipeError(f"dataset '{name}' has no column '{supporting}' (it has {columns}): pass "
-                          "--supporting_column NAME, or leave it out (no search credit)")
-    supporting = supporting or next((c for c in ("supporting_docs", "supporting_facts") if c in columns), None)
-    questions = []
-    for row in rows:
-        answer = row[script_args.answer_column]
-        answers = [str(a) for a in (answer if isinstance(answer, (list, tuple)) else [answer]) if a is not None]
-        questions.append({"question": str(row[script_args.question_column]).strip(), "answer": answers,
-                          "supporting_docs": supporting_ids(row[supporting]) if supporting else []})
-    return questions
-
-
-def load_corpus(script_args, splits: list) -> list[dict]:
-    """Documents {id, title, text}: from --corpus_name, or the paragraphs in the questions' context column."""
-    if script_args.corpus_name is None:
-        if "context" not in splits[0].column_names:
-            raise RecipeError(f"'{script_args.dataset_name}' has no context column to build a corpus from: pass "
-                              "--corpus_name docs.jsonl (one document per line: id, title, text)")
-        documents = [doc for rows in splits if len(rows) for context in rows["context"] for doc in paragraphs_of(context)]
-    else:
-        name = script_args.corpus_name
-        corpus = read_dataset(name, None)
-        rows = corpus[next(iter(corpus))] if len(corpus) == 1 else split_of(corpus, "train", name, "a corpus with")
-        columns = rows.column_names
-        id_column = next((c for c in ("id", "doc_id", "title") if c in columns), None)
-        text_column = next((c for c in ("text", "contents", "content", "paragraph_text") if c in columns), None)
-        if id_column is None or text_column is None:
-            raise RecipeError(f"corpus '{name}' needs an id (or title) and a text column (it has {columns}): "
-                              "write one document per line as {\"id\": ..., \"title\": ..., \"text\": ...}")
-        titles = rows["title"] if "title" in columns else rows[id_column]
-        documents = [{"id": str(i), "title": str(t), "text": str(x or "")}
-                     for i, t, x in zip(rows[id_column], titles, rows[text_column])]
-    unique = {}
-    for doc in documents:  # one document per id: the first (HotpotQA repeats a paragraph across questions)
-        unique.setdefault(doc["id"], doc)
-    documents = list(unique.values())
-    if not documents:
-        raise RecipeError(f"the corpus of '{script_args.corpus_name or script_args.dataset_name}' holds no document")
-    return documents
-
-
-def index_folder(script_args) -> Path:
-    """Where the index is cached: beside a local corpus file, else in the Hugging Face cache folder."""
-    corpus = Path(script_args.corpus_name or "")
-    if script_args.corpus_name and corpus.is_file() and os.access(corpus.parent, os.W_OK):
-        return corpus.parent / f"{corpus.name}.bm25s-index"
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "grpo_search"
-
-
-def load_data(script_args, tokenizer, seed):
-    """(train, eval, corpus): datasets of chat prompts with the columns the rewards read, and the documents."""
-    from datasets import Dataset
-
-    name = script_args.dataset_name
-    dataset = read_dataset(name, script_args.dataset_config)
-    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
-    test_split = script_args.dataset_test_split or next((s for s in ("validation", "test") if s in dataset), None)
-    if test_split is not None:
-        test = split_of(dataset, test_split, name, "--dataset_test_split")
-    else:  # hold some training questions out for evaluation
-        train, test = hold_out(train, script_args.num_eval_examples, seed)
-    test = test.select(range(min(script_args.num_eval_examples, len(test))))
-    corpus = load_corpus(script_args, [train, test])
-    known = {doc["id"] for doc in corpus}
-
-    def fits(row):
-        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
-                                            add_generation_prompt=True, tokenize=True, return_dict=False)
-        return len(ids) <= script_args.max_prompt_tokens
-
-    splits = []
-    for rows in (train, test):
-        questions = to_questions(rows, script_args, name)
-        missing = sum(doc not in known for q in questions for doc in q["supporting_docs"])
-        if missing:
-            print(f"{missing} supporting document id(s) of '{name}' are not in the corpus: they cannot be found "
-                  "(check that the ids match the corpus's id column)")
-        for question in questions:
-            question["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                  {"role": "user", "content": question["question"]}]
-        rows = Dataset.from_list(questions) if questions else Dataset.from_dict({"prompt": []})
-        before = len(rows)
-        rows = rows.filter(fits) if before else rows
-        if len(rows) < before:
-            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
-                  "tokens (--max_prompt_tokens)")
-        splits.append(rows)
-    if len(splits[0]) == 0:
-        raise RecipeError(f"no training question in '{name}' fits in {script_args.max_prompt_tokens} tokens: raise "
-                          "--max_prompt_tokens")
-    return splits[0], splits[1], corpus
-
-
-# %% [markdown]
 # ## Rubric
 # Helpers the rewards share: the final message of a trajectory, the answer in its <answer> block, and HotpotQA's
 # official answer normalisation (lower case, no punctuation, no articles, single spaces).
 # %%
-# =====================================================================================
-# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
-# Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
-# =====================================================================================
 def completion_text(completion) -> str:
     """A completion is a string, or a list of chat messages: take the last assistant message."""
     if isinstance(completion, str):
@@ -601,8 +360,7 @@ def golds(answer) -> list[str]:
 
 
 # %% [markdown]
-# The outcome, 1.0 when the answer matches a gold answer after normalisation: edit it, then run it and every cell
-# below again.
+# The outcome: 1.0 when the answer matches a gold answer after normalisation. Edit it, then rerun the cells below.
 # %%
 def exact_match_reward(completions, answer, **kwargs) -> list:
     """1.0 when the final <answer> block equals a gold answer after HotpotQA's normalisation, else 0.0; None (no
@@ -734,7 +492,7 @@ def per_token_advantages(advantages: torch.Tensor, turns: torch.Tensor, mask: to
 class TurnCreditGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with per-turn advantages (B, T); TRL's loss accepts them as they are (see _compute_loss)."""
 
-    turn_credit_weight = 1.0  # main() sets it from --turn_credit_weight
+    turn_credit_weight = 1.0  # build_trainer sets it from --turn_credit_weight
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # The trajectories as messages, with their environments: the turns are counted here
@@ -759,13 +517,251 @@ class TurnCreditGRPOTrainer(GRPOTrainer):
 
 
 # %% [markdown]
-# ## Trainer
-# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
-# change here.
+# ## Training
+# The call that trains: the index, the tools and the rubric wired into TRL's `GRPOTrainer` (or, with `--turn_credit`,
+# the trainer above). Then how a run is judged: the held-out metrics `evaluate` reports before and after training,
+# and the reward the run monitor watches.
 # %%
-# =====================================================================================
-# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
-# =====================================================================================
+OUTCOME_REWARD = "exact_match_reward"  # the reward the run monitor compares the others with
+HELD_OUT_TABLE = ("accuracy", "f1", "supporting_found", "supporting_searches", "searches", "tool_call_success")
+ACCURACY_IS = "exact match"
+
+
+def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, corpus):
+    ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))  # every rollout searches this index
+    ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
+    ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
+    TurnCreditGRPOTrainer.turn_credit_weight = script_args.turn_credit_weight
+    trainer_class = TurnCreditGRPOTrainer if script_args.turn_credit else GRPOTrainer
+    try:
+        return trainer_class(
+            model=load_model(model_args),
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            environment_factory=ToolEnvironment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:  # TRL drives tool calls only for the chat templates it knows
+        raise template_error(error, model_args.model_name_or_path) from None
+
+
+def run_facts(script_args) -> dict:
+    """What eval.json records about the run besides the model, the dataset and the scores."""
+    return {"corpus": script_args.corpus_name or script_args.dataset_name,
+            "corpus_size": len(ToolEnvironment.index.documents), "turn_credit": script_args.turn_credit}
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out questions, both tools enabled: accuracy (exact match, HotpotQA's
+    normalisation), F1, the share of supporting documents found, searches per question and those that found a new
+    supporting document, tool-call success; with num_samples > 1 also pass@1, pass@N and the signal report. Every
+    rollout, its rewards and the documents it saw go to `trajectories` (one JSON line per question)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    answers = [value for value, row in zip(dataset["answer"], found) for _ in row]
+    scores = score(flat, answer=answers, environments=envs)
+    # Straight from the answers, whatever RUBRIC holds: a rubric under test must not grade itself
+    predicted = [extract_answer(completion_text(c)) for c in flat]
+    correct = [float(p is not None and any(normalize_answer(p) == normalize_answer(a) for a in golds(gold)))
+               for p, gold in zip(predicted, answers)]
+    f1 = [max((answer_f1(p, a) for a in golds(gold)), default=0.0) if p is not None else 0.0
+          for p, gold in zip(predicted, answers)]
+    greedy = list(range(0, len(flat), 1 + samples))
+    supported = [i for i in greedy if envs[i].supporting]
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "f1": sum(f1[i] for i in greedy) / len(greedy),
+               "supporting_found": sum(len(envs[i].seen & envs[i].supporting) / len(envs[i].supporting)
+                                       for i in supported) / len(supported) if supported else None,
+               "supporting_searches": sum(envs[i].credited for i in greedy) / len(greedy),
+               "searches": sum(envs[i].searches for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
+                     "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting)}
+                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+# %% [markdown]
+# # Machinery
+# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
+#
+# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
+# how the scripts run: each part is written out in every script that needs it, word for word (tests/
+# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# %% [markdown]
+# ## The search index
+# BM25 over the corpus with bm25s, built once and cached on disk beside a local corpus (else in the Hugging Face
+# cache folder), named after a hash of the documents.
+# %%
+class SearchIndex:
+    """BM25 over documents {id, title, text} with bm25s, built once and cached on disk: a folder named after a hash
+    of the documents and the settings, so that a changed corpus is indexed again."""
+
+    def __init__(self, documents: list[dict], cache_dir: Path):
+        import bm25s
+
+        self.documents = {doc["id"]: doc for doc in documents}
+        self.ids = list(self.documents)
+        digest = hashlib.sha256(f"{bm25s.__version__}|{INDEX_STOPWORDS}".encode())
+        for doc in self.documents.values():
+            digest.update(f"{doc['id']}\0{doc['title']}\0{doc['text']}\0".encode())
+        self.path = Path(cache_dir) / f"bm25s-{digest.hexdigest()[:16]}"
+        self._cache = {}
+        if (self.path / "params.index.json").exists():
+            self.retriever = bm25s.BM25.load(self.path, show_progress=False)
+            return
+        texts = [f"{doc['title']}\n{doc['text']}" for doc in self.documents.values()]
+        self.retriever = bm25s.BM25()
+        self.retriever.index(bm25s.tokenize(texts, stopwords=INDEX_STOPWORDS, show_progress=len(texts) > 10_000),
+                             show_progress=len(texts) > 10_000)
+        staging = None
+        try:  # written aside, then renamed: a reader (another process) never sees half an index
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=".bm25s-"))
+            self.retriever.save(staging, show_progress=False)
+            os.replace(staging, self.path)
+        except OSError:  # a read-only folder, or another process saved the same index first: use this one
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def search(self, query: str, k: int) -> list[str]:
+        """Ids of the (at most) k best-matching documents, best first; none when no query word is in the corpus."""
+        import bm25s
+
+        if (query, k) not in self._cache:
+            tokens = bm25s.tokenize([query], stopwords=INDEX_STOPWORDS, return_ids=False, show_progress=False)
+            hits = []
+            if tokens[0]:
+                found, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False,
+                                                        n_threads=1)
+                hits = [self.ids[i] for i, s in zip(found[0], scores[0]) if s > 0]
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[(query, k)] = hits
+        return self._cache[(query, k)]
+
+    def pages(self, doc_id: str, page_chars: int) -> list[str]:
+        """A document's text cut into pages of about page_chars characters, at spaces."""
+        text, pages = self.documents[doc_id]["text"], []
+        while len(text) > page_chars:
+            cut = text.rfind(" ", 0, page_chars + 1)
+            cut = cut if cut > 0 else page_chars
+            pages.append(text[:cut])
+            text = text[cut:].lstrip()
+        return pages + [text]
+
+    def entry(self, doc_id: str, snippet_chars: int) -> str:
+        """One search result: [id] title: the start of the text (the title only where it differs from the id)."""
+        doc = self.documents[doc_id]
+        snippet = doc["text"].strip()
+        if len(snippet) > snippet_chars:
+            snippet = snippet[:snippet.rfind(" ", 0, snippet_chars) if " " in snippet[:snippet_chars]
+                              else snippet_chars] + " ..."
+        return f"[{doc_id}] " + (f"{doc['title']}: " if doc["title"] != doc_id else "") + snippet
+
+
+def index_folder(script_args) -> Path:
+    """Where the index is cached: beside a local corpus file, else in the Hugging Face cache folder."""
+    corpus = Path(script_args.corpus_name or "")
+    if script_args.corpus_name and corpus.is_file() and os.access(corpus.parent, os.W_OK):
+        return corpus.parent / f"{corpus.name}.bm25s-index"
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "grpo_search"
+
+
+# %% [markdown]
+# ## Question layouts and the corpus
+# Rows of HotpotQA (the Hub's layout or the original json) or your own layout become questions with their
+# accepted answers and supporting document ids; the corpus comes from --corpus_name or the questions' contexts.
+# %%
+def paragraphs_of(context) -> list[dict]:
+    """HotpotQA's context as documents {id, title, text}, the Wikipedia title as the id: {title: [...], sentences:
+    [[...]]} as on the Hub, or [[title, [sentences]], ...] as in the original json files."""
+    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context or []
+    return [{"id": str(title), "title": str(title), "text": "".join(map(str, sentences)).strip()}
+            for title, sentences in pairs]
+
+
+def supporting_ids(value) -> list[str]:
+    """Supporting document ids from a list of ids, or from HotpotQA's supporting_facts ({title: [...], sent_id:
+    [...]}, or [[title, sent_id], ...]), without repeats."""
+    if isinstance(value, dict):
+        value = value.get("title", [])
+    if isinstance(value, str):  # one id, not a list of them
+        value = [value]
+    return list(dict.fromkeys(str(v[0] if isinstance(v, (list, tuple)) else v) for v in value or []))
+
+
+def to_questions(rows, script_args, name: str) -> list[dict]:
+    """Rows -> {question, answer (a list of accepted answers), supporting_docs (ids; [] when unknown)}."""
+    columns = rows.column_names
+    for flag, column in (("question_column", script_args.question_column), ("answer_column", script_args.answer_column)):
+        if column not in columns:
+            raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {columns}): pass --{flag} NAME")
+    supporting = script_args.supporting_column
+    if supporting is not None and supporting not in columns:
+        raise RecipeError(f"dataset '{name}' has no column '{supporting}' (it has {columns}): pass "
+                          "--supporting_column NAME, or leave it out (no search credit)")
+    supporting = supporting or next((c for c in ("supporting_docs", "supporting_facts") if c in columns), None)
+    questions = []
+    for row in rows:
+        answer = row[script_args.answer_column]
+        answers = [str(a) for a in (answer if isinstance(answer, (list, tuple)) else [answer]) if a is not None]
+        questions.append({"question": str(row[script_args.question_column]).strip(), "answer": answers,
+                          "supporting_docs": supporting_ids(row[supporting]) if supporting else []})
+    return questions
+
+
+def load_corpus(script_args, splits: list) -> list[dict]:
+    """Documents {id, title, text}: from --corpus_name, or the paragraphs in the questions' context column."""
+    if script_args.corpus_name is None:
+        if "context" not in splits[0].column_names:
+            raise RecipeError(f"'{script_args.dataset_name}' has no context column to build a corpus from: pass "
+                              "--corpus_name docs.jsonl (one document per line: id, title, text)")
+        documents = [doc for rows in splits if len(rows) for context in rows["context"] for doc in paragraphs_of(context)]
+    else:
+        name = script_args.corpus_name
+        corpus = read_dataset(name, None)
+        rows = corpus[next(iter(corpus))] if len(corpus) == 1 else split_of(corpus, "train", name, "a corpus with")
+        columns = rows.column_names
+        id_column = next((c for c in ("id", "doc_id", "title") if c in columns), None)
+        text_column = next((c for c in ("text", "contents", "content", "paragraph_text") if c in columns), None)
+        if id_column is None or text_column is None:
+            raise RecipeError(f"corpus '{name}' needs an id (or title) and a text column (it has {columns}): "
+                              "write one document per line as {\"id\": ..., \"title\": ..., \"text\": ...}")
+        titles = rows["title"] if "title" in columns else rows[id_column]
+        documents = [{"id": str(i), "title": str(t), "text": str(x or "")}
+                     for i, t, x in zip(rows[id_column], titles, rows[text_column])]
+    unique = {}
+    for doc in documents:  # one document per id: the first (HotpotQA repeats a paragraph across questions)
+        unique.setdefault(doc["id"], doc)
+    documents = list(unique.values())
+    if not documents:
+        raise RecipeError(f"the corpus of '{script_args.corpus_name or script_args.dataset_name}' holds no document")
+    return documents
+
+
+# %% [markdown]
+# ## Trainer
+# Flags and the demo fallback, input checks, checkpoints, the model and tokenizer, sample printing and saving.
+# %%
 class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
 
@@ -916,10 +912,116 @@ def format_trajectory(completion) -> str:
     return "\n".join(lines)
 
 
+def apply_hardware_defaults(config, output_root: str):
+    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder
+    (`output_root`/<time>, or the folder of the checkpoint it resumes)."""
+    if config.bf16 is None and config.fp16 is None:
+        has_cuda = torch.cuda.is_available()
+        config.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+        config.fp16 = has_cuda and not config.bf16
+    config.bf16, config.fp16 = bool(config.bf16), bool(config.fp16)
+    if not torch.cuda.is_available():
+        config.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+            config.use_cpu = True                          # not N unaware copies of a one-process run
+    if config.output_dir is None:
+        if config.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+            config.output_dir = str(Path(config.resume_from_checkpoint).resolve().parent)
+        else:
+            config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
+
+
+def template_error(error: ValueError, model_name: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+    if "template" not in str(error).lower():
+        return error
+    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
+                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+# %% [markdown]
+# ## Reading data
+# A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
+# %%
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name data.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 # %% [markdown]
 # ## Evaluation
-# Greedy multi-turn rollouts on the held-out questions with both tools enabled, scored by exact match and F1 and for
-# the search itself (supporting documents found, searches), before and after training.
+# The rubric's scores of held-out answers, pass@N and the signal report; each recipe's `evaluate`, above the
+# line, says which metrics it reports.
+# %%
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+# %% [markdown]
+# ## Multi-turn rollouts
+# Greedy (and sampled) conversations on held-out rows with the tools enabled, as in training: each row's
+# environment is reset with the row, tool calls are run and their results fed back, round after round.
 # %%
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
 
@@ -1008,80 +1110,6 @@ def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     model.train(was_training)
     tokenizer.padding_side = padding_side
     return [by_row[row] for row in rows]
-
-
-def score(completions: list, **columns) -> list[dict]:
-    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
-    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
-    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
-    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
-             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
-            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
-
-
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
-             trajectories: Path | None = None, step: int | None = None) -> dict:
-    """Greedy multi-turn rollouts on held-out questions, both tools enabled: accuracy (exact match, HotpotQA's
-    normalisation), F1, the share of supporting documents found, searches per question and those that found a new
-    supporting document, tool-call success; with num_samples > 1 also pass@1, pass@N and the signal report. Every
-    rollout, its rewards and the documents it saw go to `trajectories` (one JSON line per question)."""
-    if len(dataset) == 0:
-        return {}
-    samples = num_samples if num_samples > 1 else 0
-    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
-    flat = [conversation for row in found for conversation, _ in row]
-    envs = [env for row in found for _, env in row]
-    answers = [value for value, row in zip(dataset["answer"], found) for _ in row]
-    scores = score(flat, answer=answers, environments=envs)
-    # Straight from the answers, whatever RUBRIC holds: a rubric under test must not grade itself
-    predicted = [extract_answer(completion_text(c)) for c in flat]
-    correct = [float(p is not None and any(normalize_answer(p) == normalize_answer(a) for a in golds(gold)))
-               for p, gold in zip(predicted, answers)]
-    f1 = [max((answer_f1(p, a) for a in golds(gold)), default=0.0) if p is not None else 0.0
-          for p, gold in zip(predicted, answers)]
-    greedy = list(range(0, len(flat), 1 + samples))
-    supported = [i for i in greedy if envs[i].supporting]
-    calls = sum(envs[i].calls for i in greedy)
-    failures = sum(envs[i].failures for i in greedy)
-    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
-               "f1": sum(f1[i] for i in greedy) / len(greedy),
-               "supporting_found": sum(len(envs[i].seen & envs[i].supporting) / len(envs[i].supporting)
-                                       for i in supported) / len(supported) if supported else None,
-               "supporting_searches": sum(envs[i].credited for i in greedy) / len(greedy),
-               "searches": sum(envs[i].searches for i in greedy) / len(greedy),
-               "tool_call_success": (calls - failures) / calls if calls else 0.0,
-               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
-               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
-    if samples:
-        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
-    if trajectories is not None and trainer.accelerator.is_main_process:
-        with open(trajectories, "a", encoding="utf-8") as f:
-            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
-                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
-                    {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
-                     "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting)}
-                    for i in range(first, first + 1 + samples)]}, default=str) + "\n")
-    return metrics
-
-
-def sample_metrics(right: list, samples: int) -> dict:
-    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
-    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
-            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
-            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
-                       "mixed": sum(0 < k < samples for k in right) / len(right),
-                       "all_right": sum(k == samples for k in right) / len(right)}}
-
-
-def signal_report(metrics: dict) -> str:
-    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
-    n, signal = metrics["num_samples"], metrics["signal"]
-    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
-              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
-              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
-    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
-            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 def tools_of(env: ToolEnvironment) -> list:
@@ -1267,7 +1295,7 @@ def plot_curves(log_history: list[dict], path: Path):
 
 
 # %% [markdown]
-# ## Training
+# ## Command line
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
 def main(argv=None):
@@ -1276,17 +1304,12 @@ def main(argv=None):
     started = time.time()
     script_args, training_args, model_args = parse_args(argv)
     check_environment(script_args, training_args, model_args)
-    if min(script_args.search_top_k, script_args.snippet_chars, script_args.page_chars, script_args.search_budget) < 1:
-        raise RecipeError("--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more")
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
-    train_dataset, eval_dataset, corpus = load_data(script_args, tokenizer, training_args.seed)
+    # grpo_search.py's load_data also returns the corpus, which its build_trainer indexes
+    train_dataset, eval_dataset, *recipe_data = load_data(script_args, tokenizer, training_args.seed)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))  # every rollout searches this index
-    ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
-    ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
-    TurnCreditGRPOTrainer.turn_credit_weight = script_args.turn_credit_weight
 
     training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype,
                                        "revision": model_args.model_revision,
@@ -1297,24 +1320,7 @@ def main(argv=None):
                                     script_args.train_samples_per_log)
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
-    trainer_class = TurnCreditGRPOTrainer if script_args.turn_credit else GRPOTrainer
-    try:
-        trainer = trainer_class(
-            model=load_model(model_args),
-            reward_funcs=rewards,
-            args=training_args,
-            train_dataset=train_dataset,
-            processing_class=tokenizer,
-            environment_factory=ToolEnvironment,
-            peft_config=get_peft_config(model_args),
-            quantization_config=get_quantization_config(model_args),
-        )
-    except ValueError as error:
-        if "template" in str(error).lower():  # TRL parses tool calls only for templates it knows
-            raise RecipeError(f"'{model_args.model_name_or_path}' has a chat template TRL cannot drive tool calls "
-                              "with. Use a model of a supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, "
-                              "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
-        raise
+    trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
 
     main_process = trainer.accelerator.is_main_process
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
@@ -1322,13 +1328,12 @@ def main(argv=None):
             (output_dir / name).unlink(missing_ok=True)
     evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
                       max_rounds=training_args.max_tool_calling_iterations)
-    table = ("accuracy", "f1", "supporting_found", "supporting_searches", "searches", "tool_call_success")
+    width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process
         if main_process:
             results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
-                           corpus=script_args.corpus_name or script_args.dataset_name, corpus_size=len(corpus),
-                           turn_credit=script_args.turn_credit, num_processes=trainer.accelerator.num_processes,
+                           **run_facts(script_args), num_processes=trainer.accelerator.num_processes,
                            wall_time_seconds=round(time.time() - started, 1))
             (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
 
@@ -1338,8 +1343,8 @@ def main(argv=None):
         report(results)
         if main_process and results["eval_only"]:
             scores = results["eval_only"]
-            print(f"\nheld-out ({scores['num_examples']} questions, greedy): "
-                  + ", ".join(f"{key} {scores[key]:.2f}" for key in table if scores[key] is not None))
+            print(f"\nheld-out ({scores['num_examples']} examples, greedy; accuracy is {ACCURACY_IS}): "
+                  + ", ".join(f"{key} {scores[key]:.2f}" for key in HELD_OUT_TABLE if scores[key] is not None))
             if "signal" in scores:
                 print(signal_report(scores))
             print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
@@ -1350,7 +1355,7 @@ def main(argv=None):
                                   trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
     if main_process and "signal" in results["before"]:
         print(signal_report(results["before"]))
-    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome="exact_match_reward")
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome=OUTCOME_REWARD)
     trainer.add_callback(monitor)
     trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
                                                                            len(eval_dataset)))),
@@ -1370,11 +1375,11 @@ def main(argv=None):
     if main_process:
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         if results["before"]:
-            print(f"\n{'held-out':<20}{'before':>8}{'after':>8}   ({results['after']['num_examples']} questions; "
-                  "accuracy is exact match)")
-            for key in table:
+            print(f"\n{'held-out':<{width}}{'before':>8}{'after':>8}   ({results['after']['num_examples']} examples; "
+                  f"accuracy is {ACCURACY_IS})")
+            for key in HELD_OUT_TABLE:
                 if results["before"][key] is not None:
-                    print(f"{key:<20}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+                    print(f"{key:<{width}}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
                                                                    for w in monitor.warnings))
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
@@ -1389,4 +1394,4 @@ if __name__ == "__main__":
     try:
         main()
     except RecipeError as error:
-        sys.exit(f"grpo_search.py: error: {error}")
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")

@@ -1,6 +1,5 @@
 # %% [markdown]
 # ## Imports
-# The script's header and summary, its imports, and `arg`, the helper that declares the settings below.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -18,11 +17,10 @@
 """Multi-turn tool-use GRPO in one file: a small model learns to call a calculator, read the
 result, and answer.
 
-Each rollout is a conversation: the model may call tools (`calculator`, `run_python`) in its chat
-template's native tool-call format, TRL runs them and appends the results, and the model goes on
-until it writes a final `<answer>...</answer>`. The reward is on the outcome (is the answer right?)
-plus small terms for tool calls that ran, and a penalty for calls beyond a budget. Tool results
-are shown to the model but never trained on: only the model's own tokens carry the loss.
+Each rollout is a conversation: the model may call tools (`calculator`, `run_python`) in its chat template's native
+tool-call format, TRL runs them and appends the results, and the model goes on until it writes a final
+`<answer>...</answer>`. The reward is on the outcome (is the answer right?) plus small terms for tool calls that ran,
+and a penalty for calls beyond a budget. Tool results are shown to the model but never trained on.
 
 Run it
     python grpo_tools.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
@@ -35,8 +33,6 @@ Run it
     python grpo_tools.py --eval_only --eval_num_samples 8 # no training: will GRPO learn anything?
     python grpo_tools.py --help                           # every flag
 From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "10"])`.
-Several machines: the accelerate line on each, plus `--num_machines 2 --num_processes 16
---machine_rank 0|1 --main_process_ip IP --main_process_port 29500` before the script name.
 
 What to expect
     CPU demo (measured, 2 cores): the tiny model starts out guessing (held-out accuracy 0.00,
@@ -44,10 +40,8 @@ What to expect
     question, every call runs, and accuracy is 0.85. About 2.5 minutes in all. See README.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the calculator on most GSM8K questions from the
     start; training raises the share of calls that run and the accuracy over a few hundred steps.
-Outputs, in --output_dir: checkpoints, the final model, eval.json (accuracy, tool-call success
-and tool calls per question, before and after training), training_curves.png (with held-out
-accuracy during training), the run monitor's warnings in eval.json, and every evaluated answer in
-eval_*.jsonl (README: Watching a run).
+Outputs, in --output_dir: checkpoints, the final model, eval.json (held-out scores before and after, the monitor's
+warnings), training_curves.png and every evaluated answer in eval_*.jsonl (README: Watching a run).
 
 How this departs from textbook GRPO: as grpo_math.py (beta = 0, DAPO token-level loss, one
 optimisation step per generation batch, a weighted rubric), plus multi-turn rollouts whose tool
@@ -57,26 +51,8 @@ Model support: TRL drives tool calls only for chat templates it recognises (Qwen
 Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
-import array
-import ast
-import functools
-import glob
-import importlib.util
-import json
-import math
-import operator
-import os
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import threading
-import time
-import warnings
+import array, ast, functools, glob, importlib.util, json, math, operator, os, re, shutil, signal, socket  # noqa: E401
+import subprocess, sys, sysconfig, tempfile, threading, time, warnings  # noqa: E401
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -99,10 +75,6 @@ def arg(default, help):
 # The system prompt the model must follow and the model to train: change `DEFAULT_MODEL` to train another one
 # (its chat template must be one TRL can drive tool calls with).
 # %%
-# =====================================================================================
-# CONFIG: every knob in one place. Each one is also a flag (--name value), a key in a
-# YAML file (--config file.yaml) and an argument of main([...]) from Python.
-# =====================================================================================
 SYSTEM_PROMPT = """Use the tools for arithmetic. Give the final answer as <answer>number</answer>."""
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
@@ -165,21 +137,7 @@ class RecipeConfig(GRPOConfig):
     resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
 
     def __post_init__(self):
-        # Hardware-aware precision, decided here so that derived settings below see the final values.
-        if self.bf16 is None and self.fp16 is None:
-            has_cuda = torch.cuda.is_available()
-            self.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
-            self.fp16 = has_cuda and not self.bf16
-        self.bf16, self.fp16 = bool(self.bf16), bool(self.fp16)
-        if not torch.cuda.is_available():
-            self.dataloader_pin_memory = False  # pinning only helps copies to a GPU
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
-                self.use_cpu = True                          # not N unaware copies of a one-process run
-        if self.output_dir is None:
-            if self.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
-                self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent)
-            else:
-                self.output_dir = time.strftime("outputs/grpo_tools/%Y%m%d-%H%M%S")
+        apply_hardware_defaults(self, "outputs/grpo_tools")  # precision for the hardware, the run's folder
         super().__post_init__()
 
 
@@ -187,8 +145,7 @@ class RecipeConfig(GRPOConfig):
 # The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/`, which need
 # no network.
 # %%
-# The offline demo: used when there is no CUDA GPU and no --model_name_or_path. These replace
-# the defaults above (flags and YAML still win).
+# These replace the defaults above (flags and YAML still win).
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
 DEMO_SETTINGS = dict(
     model_name_or_path=str(ASSETS / "tiny-qwen-tools"),  # made by assets/make_demo_assets.py
@@ -211,14 +168,61 @@ DEMO_SETTINGS = dict(
 
 
 # %% [markdown]
+# ## Data
+# Each question becomes a chat prompt under the system prompt; pass `--dataset_name` to train on your own data.
+# %%
+def load_data(script_args, tokenizer, seed):
+    name = script_args.dataset_name
+    dataset = read_dataset(name, script_args.dataset_config)
+    train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
+    for flag, column in [("question_column", script_args.question_column),
+                         ("answer_column", script_args.answer_column)]:
+        if column not in train.column_names:
+            raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {train.column_names}): "
+                              f"pass --{flag} NAME")
+    if script_args.dataset_test_split in dataset:
+        test = dataset[script_args.dataset_test_split]
+    else:  # hold some training rows out for evaluation
+        train, test = hold_out(train, script_args.num_eval_examples, seed)
+
+    def to_prompt(row):
+        return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},
+                           {"role": "user", "content": str(row[script_args.question_column])}],
+                "answer": str(row[script_args.answer_column])}
+
+    def fits(row):
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)
+        return len(ids) <= script_args.max_prompt_tokens
+
+    splits = []
+    for rows in (train, test):
+        rows = rows.map(to_prompt, remove_columns=[c for c in rows.column_names if c != "answer"])
+        labelled = rows.filter(lambda row: gold_number(row["answer"]) is not None)
+        if len(labelled) < len(rows):  # broken labels teach nothing: say so, and train on the rest
+            if len(rows) and not len(labelled):
+                raise RecipeError(f"no answer in dataset '{script_args.dataset_name}' states a single number "
+                                  f"(e.g. {str(rows[0]['answer'])[-40:]!r}): check --answer_column")
+            print(f"dropped {len(rows) - len(labelled)} of {len(rows)} rows whose answer states no single number "
+                  "(check --answer_column)")
+        rows = labelled
+        before = len(rows)
+        rows = rows.filter(fits)
+        if len(rows) < before:
+            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
+                  "tokens (--max_prompt_tokens)")
+        splits.append(rows)
+    if len(splits[0]) == 0:
+        raise RecipeError(f"no training prompt fits in {script_args.max_prompt_tokens} tokens: "
+                          "raise --max_prompt_tokens")
+    return splits[0], splits[1].select(range(min(script_args.num_eval_examples, len(splits[1]))))
+
+
+# %% [markdown]
 # ## Tools
 # The calculator's limits and the syntax-tree walk behind it, which allows numbers and arithmetic and nothing else:
 # raise a limit here, or add an operator to `_CALC_OPS`.
 # %%
-# =====================================================================================
-# TOOLS: plain functions; the model sees their names, signatures and docstrings.
-# Copy them into your own script as they are. Errors come back as text, never as exceptions.
-# =====================================================================================
 # Tools are plain functions the model may call during a rollout. TRL builds each tool's JSON schema from the type
 # hints and the Google-style docstring: its text before `Args:` is the description the model reads in every prompt,
 # so it stays short. Tools return text and never raise: a failure comes back as "Error: ..." for the model to read.
@@ -298,8 +302,9 @@ def calculator(expression: str) -> str:
 
 
 # %% [markdown]
-# The sandbox behind `run_python`: its limits (`PYTHON_*`: time, memory, file size, output) and the code that sets
-# up namespaces and drops privileges; tighten or loosen a limit here.
+# The limits of `run_python`'s sandbox (time, memory, file size, output): tighten or loosen one here. What the
+# sandbox contains, and what not, is written above `run_python` below the machinery line: read it before you
+# offer this tool to a model.
 # %%
 PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
 PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
@@ -309,6 +314,223 @@ PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory
 PYTHON_MAX_PROCESSES = 64         # processes of "nobody", all calls together (only set when dropping root)
 PYTHON_MAX_CODE_CHARS = 100_000   # longer code is refused
 PYTHON_OUTPUT_CHARS = 2000        # returned to the model: the start and the end of longer output
+
+
+# %% [markdown]
+# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
+# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
+# %%
+class ToolEnvironment:
+    """One per rollout (TRL's environment_factory); rewards read its tally through their `environments` argument."""
+
+    budget = 3  # calls before tool_budget_penalty starts to cost; build_trainer sets --tool_call_budget
+
+    def reset(self, **row):
+        self.calls, self.failures = 0, 0
+        return None  # nothing to add to the question
+
+    def calculator(self, expression: str) -> str:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: Arithmetic with + - * / ** and parentheses, e.g. "23 * 47".
+        """
+        return self._tally(calculator(expression))
+
+    def run_python(self, code: str) -> str:
+        """Run a short Python program and return what it prints.
+
+        Args:
+            code: Python source code; use print() to show results.
+        """
+        return self._tally(run_python(code))
+
+    def _tally(self, result: str) -> str:
+        self.calls += 1
+        self.failures += result.startswith("Error")
+        return result
+
+
+# %% [markdown]
+# ## Rubric
+# Helpers the rewards share: the final answer of a trajectory, its one `<answer>` block and the number in it.
+# %%
+def completion_text(completion) -> str:
+    """A completion is a string, or a list of chat messages: take the last assistant message."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return str(message.get("content") or "")
+    return ""
+
+
+NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", re.ASCII)
+
+
+def parse_number(text: str):
+    """The one number a short answer states ('72', '$72.0', '72 clips', '\\boxed{1,000}'), else None.
+
+    None when there is no number, or several different ones ('72 or 73'), or digits from other
+    scripts (look-alikes such as '７２' must not pass for 72).
+    """
+    if any(ch.isdigit() and ch not in "0123456789" for ch in text):
+        return None
+    values = set()
+    for token in NUMBER.findall(text):
+        if len(token) > 40:  # no real answer is this long; also keeps Fraction() cheap
+            return None
+        values.add(Fraction(token.replace(",", "")))
+    return values.pop() if len(values) == 1 else None
+
+
+def extract_answer(text: str):
+    """The content of the one <answer>...</answer> block, or None (no block, unclosed, or several)."""
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return None
+    start, end = text.index("<answer>") + len("<answer>"), text.index("</answer>")
+    return text[start:end] if start <= end else None
+
+
+def gold_number(answer: str):
+    """GSM8K gold: the text after '####' (or the whole text), without ',' and '$'."""
+    answer = str(answer)
+    gold = answer.rsplit("####", 1)[-1].replace(",", "").replace("$", "").strip()
+    return parse_number(gold)
+
+
+# %% [markdown]
+# The reward that matters most, 1.0 for the gold number in the final answer block: edit it, then run it and every
+# cell below again.
+# %%
+def correctness_reward(completions, answer, **kwargs) -> list:
+    """1.0 when the final <answer> block states the gold number, else 0.0; None when the gold states none."""
+    scores = []
+    for completion, gold in zip(completions, answer):
+        target = gold_number(gold)
+        if target is None:  # a broken label (load_data drops them): no say, as in rewards.py
+            scores.append(None)
+            continue
+        content = extract_answer(completion_text(completion))
+        value = parse_number(content) if content is not None else None
+        scores.append(1.0 if value is not None and value == target else 0.0)
+    return scores
+
+
+# %% [markdown]
+# The share of a rollout's tool calls that ran without error; a rollout that made no call has no say (`None`).
+# %%
+def tool_success_reward(environments, **kwargs) -> list:
+    """Share of this rollout's tool calls that ran without error; None (no say) when it made none."""
+    return [(env.calls - env.failures) / env.calls if env.calls else None for env in environments]
+
+
+# %% [markdown]
+# A penalty for calls beyond `--tool_call_budget`, down to -1.0, so that calling tools in a loop does not pay.
+# %%
+def tool_budget_penalty(environments, **kwargs) -> list[float]:
+    """0.0 up to the budget (--tool_call_budget), then -1/budget per extra call, down to -1.0."""
+    return [-min(1.0, max(0, env.calls - env.budget) / max(1, env.budget)) for env in environments]
+
+
+# %% [markdown]
+# Turn-level credit, 0.5 per tool call that ran, capped at 1.0, for using the tools at all.
+# %%
+def successful_call_credit(environments, **kwargs) -> list[float]:
+    """0.5 per tool call that ran, capped at 1.0: turn-level credit for using tools well."""
+    return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
+
+
+# %% [markdown]
+# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
+# above; keep the tool terms together below a correct answer.
+# %%
+# (reward function, weight). A correct answer pays 1.0; every tool term together pays at most
+# 0.4 (tests/test_grpo_tools.py checks the cap), so tool use never outweighs being right.
+RUBRIC = [
+    (correctness_reward, 1.0),
+    (tool_success_reward, 0.2),
+    (successful_call_credit, 0.2),
+    (tool_budget_penalty, 0.2),
+]
+
+
+# %% [markdown]
+# ## Training
+# The call that trains: the tools and the rubric wired into TRL's `GRPOTrainer`. Then how a run is judged: the
+# held-out metrics `evaluate` reports before and after training, and the reward the run monitor watches.
+# %%
+OUTCOME_REWARD = "correctness_reward"  # the reward the run monitor compares the others with
+HELD_OUT_TABLE = ("accuracy", "tool_call_success", "mean_tool_calls")  # the before/after table printed at the end
+ACCURACY_IS = "the gold number in the final answer block"
+
+
+def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
+    ToolEnvironment.budget = script_args.tool_call_budget
+    try:
+        return GRPOTrainer(
+            model=load_model(model_args),
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            environment_factory=ToolEnvironment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:  # TRL drives tool calls only for the chat templates it knows
+        raise template_error(error, model_args.model_name_or_path) from None
+
+
+def run_facts(script_args) -> dict:
+    """What eval.json records about the run besides the model, the dataset and the scores."""
+    return {}
+
+
+def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
+             trajectories: Path | None = None, step: int | None = None) -> dict:
+    """Greedy multi-turn rollouts on held-out questions, tools enabled: accuracy, tool-call success (share of calls
+    that parsed and ran) and tool calls per question; with num_samples > 1 also pass@1, pass@N and the signal
+    report. Every rollout and its rewards go to `trajectories` (one JSON line per question)."""
+    if len(dataset) == 0:
+        return {}
+    samples = num_samples if num_samples > 1 else 0
+    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
+    golds = list(dataset["answer"])
+    flat = [conversation for row in found for conversation, _ in row]
+    envs = [env for row in found for _, env in row]
+    answers = [gold for gold, row in zip(golds, found) for _ in row]
+    scores = score(flat, answer=answers, environments=envs)
+    correct = correctness_reward(flat, answers)  # whatever RUBRIC holds: a rubric under test must not grade itself
+    greedy = list(range(0, len(flat), 1 + samples))
+    calls = sum(envs[i].calls for i in greedy)
+    failures = sum(envs[i].failures for i in greedy)
+    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
+               "tool_call_success": (calls - failures) / calls if calls else 0.0,
+               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
+    if samples:
+        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+    if trajectories is not None and trainer.accelerator.is_main_process:
+        with open(trajectories, "a", encoding="utf-8") as f:
+            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], golds, greedy)):
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
+                    {"text": flat[i], "greedy": i == first, "parsed_answer": extract_answer(completion_text(flat[i])),
+                     **scores[i]} for i in range(first, first + 1 + samples)]}, default=str) + "\n")
+    return metrics
+
+
+# %% [markdown]
+# # Machinery
+# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
+#
+# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
+# how the scripts run: each part is written out in every script that needs it, word for word (tests/
+# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# %% [markdown]
+# ## The sandbox behind `run_python`
+# The code that sets up namespaces and drops privileges; its limits (`PYTHON_*`) are set above the line.
+# %%
 _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 
 # The zygote: one Python process started once, inside its own mount and PID namespaces. It builds a read-only root
@@ -627,8 +849,9 @@ os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=thread
 
 
 # %% [markdown]
-# `run_python` runs a short program in that sandbox and returns what it prints; the comment above it says what the
-# sandbox contains and what not: read it before you offer this tool to a model.
+# ## `run_python`
+# Runs a short program in that sandbox and returns what it prints; the comment above it says what the sandbox
+# contains and what not: read it before you offer this tool to a model.
 # %%
 # What run_python contains, and what not (_sandbox_mode picks the strongest mode that works on the machine):
 # - Where `unshare` works (as root, or with unprivileged user namespaces), each call gets new mount, PID, network,
@@ -690,244 +913,9 @@ def run_python(code: str) -> str:
 
 
 # %% [markdown]
-# `ToolEnvironment`, one per rollout: its public methods are the tools the model is offered (their docstrings are
-# what it reads) and it counts calls and failures for the rewards; add a method to offer another tool.
-# %%
-class ToolEnvironment:
-    """One per rollout (TRL's environment_factory): the tools the model may call, and a tally.
-
-    Every public method except reset() is offered to the model as a tool; its docstring is the
-    tool's description. Rewards read the tally through their `environments` argument.
-    """
-
-    budget = 3  # calls before tool_budget_penalty starts to cost; main() sets --tool_call_budget
-
-    def reset(self, **row):
-        self.calls, self.failures = 0, 0
-        return None  # nothing to add to the question
-
-    def calculator(self, expression: str) -> str:
-        """Evaluate an arithmetic expression.
-
-        Args:
-            expression: Arithmetic with + - * / ** and parentheses, e.g. "23 * 47".
-        """
-        return self._tally(calculator(expression))
-
-    def run_python(self, code: str) -> str:
-        """Run a short Python program and return what it prints.
-
-        Args:
-            code: Python source code; use print() to show results.
-        """
-        return self._tally(run_python(code))
-
-    def _tally(self, result: str) -> str:
-        self.calls += 1
-        self.failures += result.startswith("Error")
-        return result
-
-
-# %% [markdown]
-# ## Data
-# Each question becomes a chat prompt under the system prompt; pass `--dataset_name` to train on your own data.
-# %%
-# =====================================================================================
-# DATA: questions become chat prompts; the answer column is kept for the rewards.
-# =====================================================================================
-def hold_out(train, size: int, seed: int):
-    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
-    size = min(size, len(train) // 2)
-    if size == 0:
-        return train, train.select([])
-    split = train.train_test_split(test_size=size, seed=seed)
-    return split["train"], split["test"]
-
-
-def load_data(script_args, tokenizer, seed):
-    from datasets import load_dataset
-
-    name = script_args.dataset_name
-    path = Path(name)
-    try:
-        if path.is_file():  # a single local file: its format comes from the extension
-            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
-            if builder is None:
-                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file")
-            dataset = load_dataset(builder, data_files=str(path))
-        else:  # a Hub id, or a local folder holding train/test files
-            dataset = load_dataset(name, script_args.dataset_config)
-    except (ConnectionError, FileNotFoundError, OSError) as error:
-        if isinstance(error, RecipeError):
-            raise
-        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
-                          "network, or pass a local file with --dataset_name data.jsonl") from None
-    except ValueError as error:  # e.g. a missing or unknown configuration name
-        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
-
-    if script_args.dataset_train_split not in dataset:
-        raise RecipeError(f"dataset '{name}' has no split '{script_args.dataset_train_split}' "
-                          f"(it has {list(dataset)}): pass --dataset_train_split NAME")
-    train = dataset[script_args.dataset_train_split]
-    for flag, column in [("question_column", script_args.question_column),
-                         ("answer_column", script_args.answer_column)]:
-        if column not in train.column_names:
-            raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {train.column_names}): "
-                              f"pass --{flag} NAME")
-    if script_args.dataset_test_split in dataset:
-        test = dataset[script_args.dataset_test_split]
-    else:  # hold some training rows out for evaluation
-        train, test = hold_out(train, script_args.num_eval_examples, seed)
-
-    def to_prompt(row):
-        return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},
-                           {"role": "user", "content": str(row[script_args.question_column])}],
-                "answer": str(row[script_args.answer_column])}
-
-    def fits(row):
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)
-        return len(ids) <= script_args.max_prompt_tokens
-
-    splits = []
-    for rows in (train, test):
-        rows = rows.map(to_prompt, remove_columns=[c for c in rows.column_names if c != "answer"])
-        labelled = rows.filter(lambda row: gold_number(row["answer"]) is not None)
-        if len(labelled) < len(rows):  # broken labels teach nothing: say so, and train on the rest
-            if len(rows) and not len(labelled):
-                raise RecipeError(f"no answer in dataset '{script_args.dataset_name}' states a single number "
-                                  f"(e.g. {str(rows[0]['answer'])[-40:]!r}): check --answer_column")
-            print(f"dropped {len(rows) - len(labelled)} of {len(rows)} rows whose answer states no single number "
-                  "(check --answer_column)")
-        rows = labelled
-        before = len(rows)
-        rows = rows.filter(fits)
-        if len(rows) < before:
-            print(f"dropped {before - len(rows)} of {before} prompts longer than {script_args.max_prompt_tokens} "
-                  "tokens (--max_prompt_tokens)")
-        splits.append(rows)
-    if len(splits[0]) == 0:
-        raise RecipeError(f"no training prompt fits in {script_args.max_prompt_tokens} tokens: "
-                          "raise --max_prompt_tokens")
-    return splits[0], splits[1].select(range(min(script_args.num_eval_examples, len(splits[1]))))
-
-
-# %% [markdown]
-# ## Rubric
-# Helpers the rewards share: the final answer of a trajectory, its one `<answer>` block and the number in it.
-# %%
-# =====================================================================================
-# RUBRIC: each reward is a plain function, logged on its own as rewards/<name>/mean.
-# Completions are whole trajectories: assistant turns (with tool_calls) and tool results.
-# =====================================================================================
-def completion_text(completion) -> str:
-    """A completion is a string, or a list of chat messages: take the last assistant message."""
-    if isinstance(completion, str):
-        return completion
-    for message in reversed(completion or []):
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            return str(message.get("content") or "")
-    return ""
-
-
-NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", re.ASCII)
-
-
-def parse_number(text: str):
-    """The one number a short answer states ('72', '$72.0', '72 clips', '\\boxed{1,000}'), else None.
-
-    None when there is no number, or several different ones ('72 or 73'), or digits from other
-    scripts (look-alikes such as '７２' must not pass for 72).
-    """
-    if any(ch.isdigit() and ch not in "0123456789" for ch in text):
-        return None
-    values = set()
-    for token in NUMBER.findall(text):
-        if len(token) > 40:  # no real answer is this long; also keeps Fraction() cheap
-            return None
-        values.add(Fraction(token.replace(",", "")))
-    return values.pop() if len(values) == 1 else None
-
-
-def extract_answer(text: str):
-    """The content of the one <answer>...</answer> block, or None (no block, unclosed, or several)."""
-    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
-        return None
-    start, end = text.index("<answer>") + len("<answer>"), text.index("</answer>")
-    return text[start:end] if start <= end else None
-
-
-def gold_number(answer: str):
-    """GSM8K gold: the text after '####' (or the whole text), without ',' and '$'."""
-    answer = str(answer)
-    gold = answer.rsplit("####", 1)[-1].replace(",", "").replace("$", "").strip()
-    return parse_number(gold)
-
-
-# %% [markdown]
-# The reward that matters most, 1.0 for the gold number in the final answer block: edit it, then run it and every
-# cell below again.
-# %%
-def correctness_reward(completions, answer, **kwargs) -> list:
-    """1.0 when the final <answer> block states the gold number, else 0.0; None when the gold states none."""
-    scores = []
-    for completion, gold in zip(completions, answer):
-        target = gold_number(gold)
-        if target is None:  # a broken label (load_data drops them): no say, as in rewards.py
-            scores.append(None)
-            continue
-        content = extract_answer(completion_text(completion))
-        value = parse_number(content) if content is not None else None
-        scores.append(1.0 if value is not None and value == target else 0.0)
-    return scores
-
-
-# %% [markdown]
-# The share of a rollout's tool calls that ran without error; a rollout that made no call has no say (`None`).
-# %%
-def tool_success_reward(environments, **kwargs) -> list:
-    """Share of this rollout's tool calls that ran without error; None (no say) when it made none."""
-    return [(env.calls - env.failures) / env.calls if env.calls else None for env in environments]
-
-
-# %% [markdown]
-# A penalty for calls beyond `--tool_call_budget`, down to -1.0, so that calling tools in a loop does not pay.
-# %%
-def tool_budget_penalty(environments, **kwargs) -> list[float]:
-    """0.0 up to the budget (--tool_call_budget), then -1/budget per extra call, down to -1.0."""
-    return [-min(1.0, max(0, env.calls - env.budget) / max(1, env.budget)) for env in environments]
-
-
-# %% [markdown]
-# Turn-level credit, 0.5 per tool call that ran, capped at 1.0, for using the tools at all.
-# %%
-def successful_call_credit(environments, **kwargs) -> list[float]:
-    """0.5 per tool call that ran, capped at 1.0: turn-level credit for using tools well."""
-    return [min(1.0, 0.5 * (env.calls - env.failures)) for env in environments]
-
-
-# %% [markdown]
-# The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
-# above; keep the tool terms together below a correct answer.
-# %%
-# (reward function, weight). A correct answer pays 1.0; every tool term together pays at most
-# 0.4 (tests/test_grpo_tools.py checks the cap), so tool use never outweighs being right.
-RUBRIC = [
-    (correctness_reward, 1.0),
-    (tool_success_reward, 0.2),
-    (successful_call_credit, 0.2),
-    (tool_budget_penalty, 0.2),
-]
-
-
-# %% [markdown]
 # ## Trainer
-# Plumbing: flags and the demo fallback, input checks, checkpoints, the tokenizer and sample printing; nothing to
-# change here.
+# Flags and the demo fallback, input checks, checkpoints, the model and tokenizer, sample printing and saving.
 # %%
-# =====================================================================================
-# TRAINER AND EVALUATION: plumbing. You should not need to change anything below.
-# =====================================================================================
 class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
 
@@ -1078,10 +1066,116 @@ def format_trajectory(completion) -> str:
     return "\n".join(lines)
 
 
+def apply_hardware_defaults(config, output_root: str):
+    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder
+    (`output_root`/<time>, or the folder of the checkpoint it resumes)."""
+    if config.bf16 is None and config.fp16 is None:
+        has_cuda = torch.cuda.is_available()
+        config.bf16 = has_cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
+        config.fp16 = has_cuda and not config.bf16
+    config.bf16, config.fp16 = bool(config.bf16), bool(config.fp16)
+    if not torch.cuda.is_available():
+        config.dataloader_pin_memory = False  # pinning only helps copies to a GPU
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun without GPUs: one gloo group on CPU,
+            config.use_cpu = True                          # not N unaware copies of a one-process run
+    if config.output_dir is None:
+        if config.resume_from_checkpoint not in (None, "last"):  # continue in the run's own folder
+            config.output_dir = str(Path(config.resume_from_checkpoint).resolve().parent)
+        else:
+            config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
+
+
+def template_error(error: ValueError, model_name: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+    if "template" not in str(error).lower():
+        return error
+    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
+                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+# %% [markdown]
+# ## Reading data
+# A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
+# %%
+def read_dataset(name: str, config):
+    """A Hub dataset or a local file or folder, as a DatasetDict."""
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
+            suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix
+            builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
+            if builder is None:
+                raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
+            return load_dataset(builder, data_files=str(path))
+        return load_dataset(name, config)  # a Hub id, or a local folder holding train/test files
+    except (ConnectionError, FileNotFoundError, OSError) as error:
+        if isinstance(error, RecipeError):
+            raise
+        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path and your "
+                          "network, or pass a local file with --dataset_name data.jsonl") from None
+    except ValueError as error:  # e.g. a missing or unknown configuration name
+        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+
+
+def split_of(dataset, split: str, name: str, flag: str):
+    """One split, or several joined with '+' (e.g. 'train+validation')."""
+    from datasets import concatenate_datasets
+
+    missing = [part for part in split.split("+") if part not in dataset]
+    if missing:
+        raise RecipeError(f"dataset '{name}' has no split '{missing[0]}' (it has {list(dataset)}): pass {flag} NAME")
+    return concatenate_datasets([dataset[part] for part in split.split("+")])
+
+
+def hold_out(train, size: int, seed: int):
+    """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
+    size = min(size, len(train) // 2)
+    if size == 0:
+        return train, train.select([])
+    split = train.train_test_split(test_size=size, seed=seed)
+    return split["train"], split["test"]
+
+
 # %% [markdown]
 # ## Evaluation
-# Greedy multi-turn rollouts on the held-out questions with the tools enabled, scored for accuracy, tool-call
-# success and tool calls per question, before and after training.
+# The rubric's scores of held-out answers, pass@N and the signal report; each recipe's `evaluate`, above the
+# line, says which metrics it reports.
+# %%
+def score(completions: list, **columns) -> list[dict]:
+    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
+    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
+    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
+    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
+             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
+            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
+
+
+def sample_metrics(right: list, samples: int) -> dict:
+    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
+    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
+            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
+            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
+                       "mixed": sum(0 < k < samples for k in right) / len(right),
+                       "all_right": sum(k == samples for k in right) / len(right)}}
+
+
+def signal_report(metrics: dict) -> str:
+    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
+    n, signal = metrics["num_samples"], metrics["signal"]
+    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
+              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
+              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
+            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+
+
+# %% [markdown]
+# ## Multi-turn rollouts
+# Greedy (and sampled) conversations on held-out rows with the tools enabled, as in training: each row's
+# environment is reset with the row, tool calls are run and their results fed back, round after round.
 # %%
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
 
@@ -1170,68 +1264,6 @@ def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     model.train(was_training)
     tokenizer.padding_side = padding_side
     return [by_row[row] for row in rows]
-
-
-def score(completions: list, **columns) -> list[dict]:
-    """Each rubric function's reward by name, and the weighted total, for each completion; `columns` are what the
-    trainer passes the rewards besides the completions (answer=[...]; environments=[...] in tool runs)."""
-    by_name = {func.__name__: (func(completions=completions, **columns), weight) for func, weight in RUBRIC}
-    return [{"rewards": {name: values[i] for name, (values, _) in by_name.items()},
-             "total": sum(weight * values[i] for values, weight in by_name.values() if values[i] is not None)}
-            for i in range(len(completions))]  # None: the reward does not apply (TRL sums it as nothing)
-
-
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
-             trajectories: Path | None = None, step: int | None = None) -> dict:
-    """Greedy multi-turn rollouts on held-out questions, tools enabled: accuracy, tool-call success (share of calls
-    that parsed and ran) and tool calls per question; with num_samples > 1 also pass@1, pass@N and the signal
-    report. Every rollout and its rewards go to `trajectories` (one JSON line per question)."""
-    if len(dataset) == 0:
-        return {}
-    samples = num_samples if num_samples > 1 else 0
-    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
-    golds = list(dataset["answer"])
-    flat = [conversation for row in found for conversation, _ in row]
-    envs = [env for row in found for _, env in row]
-    answers = [gold for gold, row in zip(golds, found) for _ in row]
-    scores = score(flat, answer=answers, environments=envs)
-    correct = correctness_reward(flat, answers)  # whatever RUBRIC holds: a rubric under test must not grade itself
-    greedy = list(range(0, len(flat), 1 + samples))
-    calls = sum(envs[i].calls for i in greedy)
-    failures = sum(envs[i].failures for i in greedy)
-    metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
-               "tool_call_success": (calls - failures) / calls if calls else 0.0,
-               "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
-               "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
-    if samples:
-        metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
-    if trajectories is not None and trainer.accelerator.is_main_process:
-        with open(trajectories, "a", encoding="utf-8") as f:
-            for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], golds, greedy)):
-                f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
-                    {"text": flat[i], "greedy": i == first, "parsed_answer": extract_answer(completion_text(flat[i])),
-                     **scores[i]} for i in range(first, first + 1 + samples)]}, default=str) + "\n")
-    return metrics
-
-
-def sample_metrics(right: list, samples: int) -> dict:
-    """pass@1, pass@N and the signal report's shares, from the number of right samples for each question."""
-    return {"num_samples": samples, "pass@1": sum(right) / (samples * len(right)),
-            f"pass@{samples}": sum(k > 0 for k in right) / len(right),
-            "signal": {"all_wrong": sum(k == 0 for k in right) / len(right),
-                       "mixed": sum(0 < k < samples for k in right) / len(right),
-                       "all_right": sum(k == samples for k in right) / len(right)}}
-
-
-def signal_report(metrics: dict) -> str:
-    """What sampled groups say about a GRPO run before it starts: it learns only from groups with mixed rewards."""
-    n, signal = metrics["num_samples"], metrics["signal"]
-    advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
-              "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
-              if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
-    return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
-            f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
 
 
 def tools_of(env: ToolEnvironment) -> list:
@@ -1417,7 +1449,7 @@ def plot_curves(log_history: list[dict], path: Path):
 
 
 # %% [markdown]
-# ## Training
+# ## Command line
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
 def main(argv=None):
@@ -1428,8 +1460,8 @@ def main(argv=None):
     check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)
-    train_dataset, eval_dataset = load_data(script_args, tokenizer, training_args.seed)
-    ToolEnvironment.budget = script_args.tool_call_budget
+    # grpo_search.py's load_data also returns the corpus, which its build_trainer indexes
+    train_dataset, eval_dataset, *recipe_data = load_data(script_args, tokenizer, training_args.seed)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -1442,23 +1474,7 @@ def main(argv=None):
                                     script_args.train_samples_per_log)
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
-    try:
-        trainer = GRPOTrainer(
-            model=load_model(model_args),
-            reward_funcs=rewards,
-            args=training_args,
-            train_dataset=train_dataset,
-            processing_class=tokenizer,
-            environment_factory=ToolEnvironment,
-            peft_config=get_peft_config(model_args),
-            quantization_config=get_quantization_config(model_args),
-        )
-    except ValueError as error:
-        if "template" in str(error).lower():  # TRL parses tool calls only for templates it knows
-            raise RecipeError(f"'{model_args.model_name_or_path}' has a chat template TRL cannot drive tool calls "
-                              "with. Use a model of a supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, "
-                              "gpt-oss, Gemma 4, LFM2 or Nemotron 3") from None
-        raise
+    trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
 
     main_process = trainer.accelerator.is_main_process
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
@@ -1466,11 +1482,12 @@ def main(argv=None):
             (output_dir / name).unlink(missing_ok=True)
     evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
                       max_rounds=training_args.max_tool_calling_iterations)
+    width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process
         if main_process:
             results.update(model=model_args.model_name_or_path, dataset=script_args.dataset_name,
-                           num_processes=trainer.accelerator.num_processes,
+                           **run_facts(script_args), num_processes=trainer.accelerator.num_processes,
                            wall_time_seconds=round(time.time() - started, 1))
             (output_dir / "eval.json").write_text(json.dumps(results, indent=2, default=str))
 
@@ -1480,8 +1497,8 @@ def main(argv=None):
         report(results)
         if main_process and results["eval_only"]:
             scores = results["eval_only"]
-            print(f"\nheld-out ({scores['num_examples']} questions, greedy): accuracy {scores['accuracy']:.2f}, "
-                  f"tool-call success {scores['tool_call_success']:.2f}, calls {scores['mean_tool_calls']:.2f}")
+            print(f"\nheld-out ({scores['num_examples']} examples, greedy; accuracy is {ACCURACY_IS}): "
+                  + ", ".join(f"{key} {scores[key]:.2f}" for key in HELD_OUT_TABLE if scores[key] is not None))
             if "signal" in scores:
                 print(signal_report(scores))
             print(f"wrote {output_dir / 'eval.json'} and {output_dir / 'eval_only.jsonl'}")
@@ -1492,7 +1509,7 @@ def main(argv=None):
                                   trajectories=output_dir / "eval_before.jsonl", step=0, **evaluation)}
     if main_process and "signal" in results["before"]:
         print(signal_report(results["before"]))
-    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0))
+    monitor = RunMonitor(max_reward=sum(w for w in training_args.reward_weights if w > 0), outcome=OUTCOME_REWARD)
     trainer.add_callback(monitor)
     trainer.add_callback(MidRunEval(trainer, eval_dataset.select(range(min(script_args.num_mid_eval_examples,
                                                                            len(eval_dataset)))),
@@ -1512,9 +1529,11 @@ def main(argv=None):
     if main_process:
         plot = plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         if results["before"]:
-            print(f"\n{'held-out':<18}{'before':>8}{'after':>8}   ({results['after']['num_examples']} questions)")
-            for key in ("accuracy", "tool_call_success", "mean_tool_calls"):
-                print(f"{key:<18}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
+            print(f"\n{'held-out':<{width}}{'before':>8}{'after':>8}   ({results['after']['num_examples']} examples; "
+                  f"accuracy is {ACCURACY_IS})")
+            for key in HELD_OUT_TABLE:
+                if results["before"][key] is not None:
+                    print(f"{key:<{width}}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         print(f"{len(monitor.warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}"
                                                                    for w in monitor.warnings))
         print(f"\nwrote {output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
@@ -1529,5 +1548,4 @@ if __name__ == "__main__":
     try:
         main()
     except RecipeError as error:
-        sys.exit(f"grpo_tools.py: error: {error}")
-
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")

@@ -3,10 +3,16 @@
     python assets/make_demo_assets.py                 # rewrites every asset folder below
     python assets/make_demo_assets.py --demo tools    # only toy_tools/ and tiny-qwen-tools/
     python assets/make_demo_assets.py --out /tmp/demo --seed 1
+    python assets/make_demo_assets.py --fingerprint --probe_assets assets --out /tmp/check   # a quick check
 
 The scripts fall back to these when there is no CUDA GPU and no model was chosen, so that a
 laptop with no GPU and no network can watch GRPO learn in a few minutes.
-Everything here is deterministic given --seed (same machine, same library versions).
+Everything here is deterministic given --seed (same machine, same library versions). Each model folder keeps the
+warm start's fingerprint in warm_start.json: its first losses and the finished model's loss on a fixed probe batch.
+`--fingerprint` rebuilds the data and tokenizers but runs only those first warm-start steps (seconds, not minutes);
+with `--probe_assets` it also measures the probe loss of models already built, so a test can check that the data,
+the tokenizers, the initial weights and the training batches are unchanged, and that the shipped weights are the
+ones that warm start produced.
 
 The math demo (assets/toy_math/, assets/tiny-qwen-math/):
 
@@ -69,6 +75,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 HERE = Path(__file__).resolve().parent
+FINGERPRINT_STEPS = 5  # warm-start losses recorded in warm_start.json: a rebuild of this many steps must match them
+PROBE_BATCH = 32       # the first warm-start examples, on which warm_start.json records the finished model's loss
+PROBE_ASSETS = None    # --probe_assets: a folder of built assets whose models' loss on the probe batch is recorded too
 
 # The exact system prompt grpo_math.py uses; the tokenizer learns it as a handful of tokens.
 SYSTEM_PROMPT = """Respond in the following format:
@@ -168,33 +177,57 @@ def warm_start(model, tokenizer, problems: list[dict], steps: int, batch_size: i
         assert full_ids[: len(prompt_ids)] == prompt_ids
         labels = [-100] * len(prompt_ids) + full_ids[len(prompt_ids):]
         examples.append((full_ids, labels))
-    supervised_steps(model, tokenizer, examples, steps, batch_size, lr, seed)
+    return supervised_steps(model, tokenizer, examples, steps, batch_size, lr, seed)
 
 
-def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int):
-    """AdamW on (input_ids, labels) pairs, random batches, right padding."""
+def padded_batch(tokenizer, examples: list, idx: list) -> dict:
+    """The examples at idx as one right-padded batch (fine for training): input_ids, attention_mask, labels."""
+    width = max(len(examples[i][0]) for i in idx)
+    input_ids = torch.full((len(idx), width), tokenizer.pad_token_id)
+    labels = torch.full((len(idx), width), -100)
+    attention = torch.zeros((len(idx), width), dtype=torch.long)
+    for row, i in enumerate(idx):
+        ids, lab = examples[i]
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(lab)] = torch.tensor(lab)
+        attention[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+@torch.no_grad()
+def probe_loss(model, tokenizer, examples: list) -> float:
+    """The model's loss on the first PROBE_BATCH examples: a fingerprint of its weights."""
+    model.eval()
+    return model(**padded_batch(tokenizer, examples, list(range(min(PROBE_BATCH, len(examples)))))).loss.item()
+
+
+def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int) -> dict:
+    """AdamW on (input_ids, labels) pairs, random batches, right padding. Returns the run's fingerprint (what
+    warm_start.json records): the first FINGERPRINT_STEPS losses and the finished model's loss on the probe batch."""
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     model.train()
+    losses = []
     for step in range(steps):
         idx = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
-        width = max(len(examples[i][0]) for i in idx)
-        input_ids = torch.full((batch_size, width), tokenizer.pad_token_id)
-        labels = torch.full((batch_size, width), -100)
-        attention = torch.zeros((batch_size, width), dtype=torch.long)
-        for row, i in enumerate(idx):  # right padding is fine for training
-            ids, lab = examples[i]
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(lab)] = torch.tensor(lab)
-            attention[row, : len(ids)] = 1
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss = model(**padded_batch(tokenizer, examples, idx)).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
             print(f"  warm start step {step:4d}  loss {loss.item():.3f}")
     model.eval()
+    fingerprint = {"warm_start_steps": steps, "first_losses": losses[:FINGERPRINT_STEPS],
+                   "probe_loss": probe_loss(model, tokenizer, examples)}
+    if PROBE_ASSETS is not None:  # the same probe on models built before, e.g. the shipped ones
+        fingerprint["probed"] = {}
+        for folder in sorted(Path(PROBE_ASSETS).glob("tiny-qwen-*")):
+            if AutoTokenizer.from_pretrained(folder).get_vocab() == tokenizer.get_vocab():
+                other = Qwen2ForCausalLM.from_pretrained(folder)
+                fingerprint["probed"][folder.name] = probe_loss(other, tokenizer, examples)
+    return fingerprint
 
 
 @torch.no_grad()
@@ -226,12 +259,13 @@ def tiny_qwen2(tokenizer, hidden: int, layers: int, max_positions: int, seed: in
     return Qwen2ForCausalLM(config)
 
 
-def save_model(model, tokenizer, model_dir: Path):
+def save_model(model, tokenizer, model_dir: Path, fingerprint: dict):
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     model.save_pretrained(model_dir)
     tokenizer.init_kwargs.pop("local_files_only", None)  # set by HF_HUB_OFFLINE; not part of the asset
     tokenizer.save_pretrained(model_dir)
+    (model_dir / "warm_start.json").write_text(json.dumps(fingerprint, indent=2) + "\n")
 
 
 def build_math(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float,
@@ -249,11 +283,11 @@ def build_math(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
 
     model = tiny_qwen2(tokenizer, hidden, layers, max_positions=512, seed=seed)
     print(f"tiny model: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}")
-    warm_start(model, tokenizer, train, steps=warm_steps, batch_size=32, lr=lr, seed=seed,
-               teacher_error=teacher_error)
+    fingerprint = warm_start(model, tokenizer, train, steps=warm_steps, batch_size=32, lr=lr, seed=seed,
+                             teacher_error=teacher_error)
     print(f"greedy accuracy on test after warm start: {greedy_accuracy(model, tokenizer, test):.2f}")
 
-    save_model(model, tokenizer, model_dir)
+    save_model(model, tokenizer, model_dir, fingerprint)
     print(f"wrote {data_dir} and {model_dir}")
 
 
@@ -318,8 +352,8 @@ def warm_started_tool_model(model_dir: Path, conversations: list, tools: list, w
     print(f"{model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
           f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
     examples = [assistant_labels(tokenizer, text) for text in texts]
-    supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
-    save_model(model, tokenizer, model_dir)
+    fingerprint = supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
+    save_model(model, tokenizer, model_dir, fingerprint)
 
 
 def build_tools(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float):
@@ -511,7 +545,15 @@ if __name__ == "__main__":
                         help="share of search conversations that answer after the first search, with the wrong town")
     parser.add_argument("--search_hidden", type=int, default=64)
     parser.add_argument("--search_layers", type=int, default=2)
+    parser.add_argument("--fingerprint", action="store_true",
+                        help=f"a quick rebuild: data, tokenizer and only the first {FINGERPRINT_STEPS} warm-start steps, "
+                             "whose warm_start.json must match the full build's (tests/test_demo.py checks it)")
+    parser.add_argument("--probe_assets", type=Path, default=None,
+                        help="also record the probe loss of the models in this folder (e.g. assets/) in warm_start.json")
     args = parser.parse_args()
+    PROBE_ASSETS = args.probe_assets
+    if args.fingerprint:
+        args.warm_steps = args.tools_warm_steps = args.code_warm_steps = args.search_warm_steps = FINGERPRINT_STEPS
     torch.set_num_threads(min(torch.get_num_threads(), 2))
     if args.demo in ("math", "all"):
         build_math(args.out, args.seed, args.warm_steps, args.hidden, args.layers, args.lr, args.max_operand,

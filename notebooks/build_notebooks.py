@@ -7,7 +7,9 @@ A notebook is its script's cells, in order and unchanged, plus cells tagged "not
 setup cell (setup_cell.py: installs in Colab, moves to the repository root, checks the GPU) and, for a
 training script, run_cells.py (run main(), print the held-out scores, show the training curves). The code
 cells that come from the script add up to the script exactly; a cell followed by other than two blank lines
-keeps their number in its `lines_to_next_cell` metadata. `--check` fails if a notebook is not up to date.
+keeps their number in its `lines_to_next_cell` metadata. The code cells after the script's machinery line (a markdown
+cell holding MACHINERY_LINE) start with their code hidden, so that a reader sees the recipe and opens the machinery
+only when needed. `--check` fails if a notebook is not up to date.
 """
 
 import argparse
@@ -32,6 +34,7 @@ NOTEBOOKS = [
 ]
 
 MARKER = re.compile(r"# %%(.*)")
+MACHINERY_LINE = "---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----"
 ONLY = {"tags": ["notebook-only"]}
 
 
@@ -121,11 +124,15 @@ def build(script, title, training):
                                "repository root" + (" and says what the run at the end will do." if training else "."),
                                metadata=ONLY),
              new_code_cell(setup_code(training), metadata=ONLY)]
+    machinery = False
     for kind, source, blank_after in script_cells(text, script):
         if kind == "markdown":
             cells.append(new_markdown_cell(source))
+            machinery = machinery or MACHINERY_LINE in source
         elif kind == "code":
             metadata = {} if blank_after == 2 else {"lines_to_next_cell": blank_after}
+            if machinery:  # collapsed in Jupyter: one click shows it
+                metadata["jupyter"] = {"source_hidden": True}
             cells.append(new_code_cell(source, metadata=metadata))
     cells += run_cells(Path(script).stem) if training else []
     seen = set()

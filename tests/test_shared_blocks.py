@@ -1,25 +1,53 @@
-"""The scripts are standalone (a user copies one file), so their shared plumbing is written out in each: every
-function, class or constant that more than one script defines must be the same text in each, so that a fix cannot
-land in one copy only. What is meant to differ per script is listed below, with the reason."""
+"""Each script is a recipe on top, machinery below one marked line. Above the line is what a forker edits (config,
+data, tools, rubric, the call that trains); it may differ freely between scripts. Below the line, every part is
+written out in each script that needs it (a user copies one file), and every copy must be the same text, comments
+included, so that a fix cannot land in one copy only. The few parts that only one recipe needs are listed below,
+with the reason."""
 
 import ast
+import re
 
 import pytest
 from conftest import REPO
 
 SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py"]
+MACHINERY_LINE = "# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----"
 
-PER_SCRIPT = {
-    "SYSTEM_PROMPT", "DEFAULT_MODEL", "DEFAULT_DATASET", "DEMO_SETTINGS",  # each recipe's task, model and data
-    "ScriptArguments", "RecipeConfig",  # each recipe's flags and defaults (its output folder, its rounds)
-    "load_data", "extract_answer", "correctness_reward", "RUBRIC",  # each task's data and rubric
-    "ToolEnvironment",  # each recipe's tools
-    "evaluate", "main",  # each task's metrics and summary table
+# Machinery cells that only some scripts need, by the first line of their markdown; every other one is in all four.
+TOOL_SCRIPTS = {"grpo_tools.py", "grpo_code.py", "grpo_search.py"}
+NEEDED_BY = {
+    "# ## The sandbox behind `run_python`": {"grpo_tools.py", "grpo_code.py"},  # run_python, the hidden tests
+    "# ## `run_python`": {"grpo_tools.py", "grpo_code.py"},
+    "# ## Multi-turn rollouts": TOOL_SCRIPTS,  # evaluation with the tools enabled
+    "# ## Single-turn generation": {"grpo_math.py"},  # the only single-turn recipe: plain generate(), no tools
+    "# ## Hidden tests": {"grpo_code.py"},  # the tests that score a solution, run in the sandbox
+    "# ## Task layouts": {"grpo_code.py"},  # HumanEval / MBPP / own rows -> tasks, reference solutions checked
+    "# ## The search index": {"grpo_search.py"},  # BM25 over the corpus, cached on disk
+    "# ## Question layouts and the corpus": {"grpo_search.py"},  # HotpotQA / own rows -> questions, documents
 }
+TARGETS = {"RUBRIC": 450, "DEFAULT_MODEL": 150}  # the line each must be on or before: what a forker edits, first
 
 
-def top_level(text):
-    """{name: source} of a script's top-level functions, classes and assignments."""
+def split(text):
+    """(recipe, machinery): the script's text above and below its machinery line."""
+    assert text.count(MACHINERY_LINE + "\n") == 1, "the machinery line must appear once, as its own line"
+    at = text.rindex("# %% [markdown]\n", 0, text.index(MACHINERY_LINE))  # the line's own markdown cell
+    return text[:at], text[at:]
+
+
+def cells(machinery):
+    """{first markdown line: the cell's whole text (markdown and code)} of the machinery part."""
+    found = {}
+    for chunk in re.split(r"(?m)^(?=# %% \[markdown\]\n)", machinery):
+        if chunk:
+            heading = chunk.split("\n")[1]
+            assert heading not in found, f"two machinery cells start with {heading!r}: give each its own heading"
+            found[heading] = chunk
+    return found
+
+
+def definitions(text):
+    """{name: source} of a text's top-level functions, classes and assignments."""
     found = {}
     for node in ast.parse(text).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -29,47 +57,70 @@ def top_level(text):
     return found
 
 
-def differing(definitions: dict) -> list:
-    """Names defined in more than one script, not per-script, whose copies differ."""
-    names = {name for d in definitions.values() for name in d} - PER_SCRIPT
-    return sorted(name for name in names if len({d[name] for d in definitions.values() if name in d}) > 1)
+def differing(texts: dict) -> list:
+    """Problems with the machinery of {script: text}: a cell missing where it is needed or present where it is not,
+    copies of a cell that differ, a name defined above the line of one script and below the line of another."""
+    parts = {script: split(text) for script, text in texts.items()}
+    machinery = {script: cells(below) for script, (_, below) in parts.items()}
+    problems = []
+    for heading in sorted(set().union(*machinery.values(), NEEDED_BY)):
+        copies = {script: found[heading] for script, found in machinery.items() if heading in found}
+        needed = NEEDED_BY.get(heading, set(SCRIPTS)) & set(texts)
+        if set(copies) != needed:
+            problems.append(f"{heading!r} is in {sorted(copies)} but belongs in {sorted(needed)}")
+        if len(set(copies.values())) > 1:
+            problems.append(f"{heading!r} differs between {sorted(copies)}: change every copy")
+    below = {name for _, text in parts.values() for name in definitions(text)}
+    for script, (above, _) in parts.items():
+        shared_above = sorted(set(definitions(above)) & below)
+        if shared_above:
+            problems.append(f"{script} defines {shared_above} above its machinery line, which is machinery elsewhere")
+    return problems
 
 
-DEFINITIONS = {script: top_level((REPO / script).read_text()) for script in SCRIPTS}
-SHARED = sorted({name for name in set().union(*DEFINITIONS.values())
-                 if sum(name in d for d in DEFINITIONS.values()) > 1} - PER_SCRIPT)
+TEXTS = {script: (REPO / script).read_text() for script in SCRIPTS}
 
 
-def test_the_scripts_share_their_plumbing():
-    for name in ("parse_args", "resolve_checkpoint", "load_tokenizer", "load_model", "plot_curves", "score",
-                 "monitor_warnings", "run_python", "_SANDBOX_ZYGOTE", "rollouts", "with_logging"):
-        assert name in SHARED
+def test_the_machinery_is_the_same_in_every_script():
+    assert differing(TEXTS) == []
 
 
-@pytest.mark.parametrize("name", SHARED)
-def test_a_shared_definition_is_the_same_in_every_script(name):
-    copies = {script: d[name] for script, d in DEFINITIONS.items() if name in d}
-    assert len(set(copies.values())) == 1, f"{name} differs between {sorted(copies)}: change every copy"
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_what_a_forker_edits_comes_first(script):
+    text = TEXTS[script]
+    recipe, machinery = split(text)
+    for name, limit in TARGETS.items():
+        line = text[:text.index(definitions(recipe)[name])].count("\n") + 1
+        assert line <= limit, f"{script}: {name} is on line {line}, after {limit}: keep the recipe short"
+    tools = script in TOOL_SCRIPTS
+    for name in ("SYSTEM_PROMPT", "load_data", "RUBRIC", "build_trainer", "evaluate", *["ToolEnvironment"] * tools):
+        assert name in definitions(recipe), f"{script}: {name} belongs above the machinery line"
+    for name in ("main", "parse_args", "rollouts" if tools else "generate_answers", "plot_curves"):
+        assert name in definitions(machinery), f"{script}: {name} belongs below the machinery line"
 
 
-@pytest.mark.parametrize("cell", ["# ## Watching the run", "# ## Plots"])
-def test_shared_cells_are_the_same_in_every_script(cell):
-    texts = {script: (REPO / script).read_text().split(cell)[1].split("# %% [markdown]\n# ## ")[0] for script in SCRIPTS}
-    assert len(set(texts.values())) == 1
-
-
-def sandbox_cells(text):
-    """From the sandbox's first cell to the end of run_python's."""
-    start = text.index("# %% [markdown]\n# The sandbox behind `run_python`")
-    return text[start:text.index("# %% [markdown]\n", text.index("def run_python(", start))]
-
-
-def test_the_sandbox_cells_are_the_same_in_both_tool_scripts():
-    assert sandbox_cells((REPO / "grpo_tools.py").read_text()) == sandbox_cells((REPO / "grpo_code.py").read_text())
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_recipe_runs_without_the_machinery(script):
+    """Cells above the line call machinery only at run time, never when they are defined: run alone, top to bottom,
+    they define everything a forker edits."""
+    recipe, _ = split(TEXTS[script])
+    namespace = {"__name__": "recipe_only", "__file__": str(REPO / script)}
+    exec(compile(recipe, script, "exec"), namespace)
+    assert callable(namespace["build_trainer"]) and namespace["RUBRIC"]
 
 
 def test_drift_is_caught():
-    """The checks above fail when one copy changes."""
-    edited = (REPO / "grpo_code.py").read_text().replace("PYTHON_WALL_S = 5 ", "PYTHON_WALL_S = 6 ")
-    assert differing({**DEFINITIONS, "grpo_code.py": top_level(edited)}) == ["PYTHON_WALL_S"]
-    assert sandbox_cells(edited) != sandbox_cells((REPO / "grpo_tools.py").read_text())
+    """The checks above fail when one copy changes (code or comment), when a part moves above the line, and when a
+    cell is missing from a script that needs it."""
+    edited = TEXTS["grpo_code.py"].replace("MONITOR_WINDOW = 5 ", "MONITOR_WINDOW = 6 ")
+    assert [p for p in differing({**TEXTS, "grpo_code.py": edited}) if "Watching the run" in p]
+    comment = TEXTS["grpo_tools.py"].replace("# the padding repeats rows", "# padding repeats rows")
+    assert [p for p in differing({**TEXTS, "grpo_tools.py": comment}) if "Multi-turn rollouts" in p]
+    recipe, machinery = split(TEXTS["grpo_math.py"])
+    plots = cells(machinery)["# ## Plots"]
+    moved = recipe + plots + machinery.replace(plots, "")
+    assert [p for p in differing({**TEXTS, "grpo_math.py": moved}) if "above its machinery line" in p]
+    lost = TEXTS["grpo_search.py"].replace(cells(split(TEXTS["grpo_search.py"])[1])["# ## Multi-turn rollouts"], "")
+    assert [p for p in differing({**TEXTS, "grpo_search.py": lost}) if "Multi-turn rollouts" in p]
+    extra = TEXTS["grpo_math.py"] + cells(split(TEXTS["grpo_code.py"])[1])["# ## Hidden tests"]
+    assert [p for p in differing({**TEXTS, "grpo_math.py": extra}) if "Hidden tests" in p]
