@@ -380,6 +380,7 @@ ACCURACY_IS = "pass@1 on the hidden tests"
 
 
 def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
+    """TRL's GRPOTrainer with run_python (one ToolEnvironment per rollout) and `rewards`, RUBRIC's functions."""
     try:
         return GRPOTrainer(
             model=load_model(model_args),
@@ -446,9 +447,9 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
 # # Machinery
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
-# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
-# how the scripts run: each part is written out in every script that needs it, word for word (tests/
-# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# Above: this recipe's settings, data, tools, rubric and the call that trains. Below: how every script runs. Each
+# part is written out in every script that needs it, word for word, and tests/test_shared_blocks.py holds the
+# copies equal, so that a fix goes into every copy.
 # %% [markdown]
 # ## The sandbox behind `run_python`
 # The code that sets up namespaces and drops privileges; its limits (`PYTHON_*`) are set above the line.

@@ -382,6 +382,7 @@ ACCURACY_IS = "the gold number in the answer block"
 
 
 def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
+    """TRL's GRPOTrainer with `rewards`, RUBRIC's functions (main() wraps the first to print and save samples)."""
     return GRPOTrainer(
         model=load_model(model_args),
         reward_funcs=rewards,
@@ -436,9 +437,9 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
 # # Machinery
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
-# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
-# how the scripts run: each part is written out in every script that needs it, word for word (tests/
-# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# Above: this recipe's settings, data, tools, rubric and the call that trains. Below: how every script runs. Each
+# part is written out in every script that needs it, word for word, and tests/test_shared_blocks.py holds the
+# copies equal, so that a fix goes into every copy.
 # %% [markdown]
 # ## Trainer
 # Flags and the demo fallback, input checks, checkpoints, the model and tokenizer, sample printing and saving.

@@ -528,6 +528,7 @@ ACCURACY_IS = "exact match"
 
 
 def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, corpus):
+    """GRPOTrainer (TurnCreditGRPOTrainer with --turn_credit) with the search tools over `corpus`, and `rewards`."""
     ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))  # every rollout searches this index
     ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
     ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
@@ -603,9 +604,9 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
 # # Machinery
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
-# Everything above is this recipe: its settings, data, tools, rubric and the call that trains. Everything below is
-# how the scripts run: each part is written out in every script that needs it, word for word (tests/
-# test_shared_blocks.py holds the copies equal), so a fix goes into every copy.
+# Above: this recipe's settings, data, tools, rubric and the call that trains. Below: how every script runs. Each
+# part is written out in every script that needs it, word for word, and tests/test_shared_blocks.py holds the
+# copies equal, so that a fix goes into every copy.
 # %% [markdown]
 # ## The search index
 # BM25 over the corpus with bm25s, built once and cached on disk beside a local corpus (else in the Hugging Face

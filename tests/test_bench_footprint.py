@@ -1,6 +1,5 @@
 """benchmarks/bench_footprint.py's building blocks, on the meta device or the tiny demo model: seconds, not minutes."""
 
-import json
 import subprocess
 import sys
 

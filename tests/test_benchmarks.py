@@ -48,10 +48,11 @@ def run_benchmark(name, args, tmp_path):
 
 def test_overhead_benchmark_runs_both_sides(tmp_path):
     report, stdout = run_benchmark("bench_overhead", ["--steps", "3", "--rounds", "1"], tmp_path)
-    assert [run["steps"] for run in report["runs"]["ours"] + report["runs"]["bare"]] == [3, 3]
-    assert report["ratio_ours_over_bare"] == pytest.approx(
-        report["seconds_per_step"]["ours"] / report["seconds_per_step"]["bare"])
-    assert "ratio ours / bare per step" in stdout
+    assert [run["steps"] for run in report["runs"]["ours"] + report["runs"]["bare"]] == [3, 3]  # the same work
+    for side in ("ours", "bare"):  # each side's time per step is measured inside its own training, not around it
+        run = report["runs"][side][0]
+        assert 0 < run["seconds_per_step"] * run["steps"] <= run["train_runtime"] + 1e-6 < run["wall"]
+    assert f"ratio ours / bare per step: {report['ratio_ours_over_bare']:.3f}" in stdout  # what a reader sees
 
 
 def test_recipe_benchmark_scores_each_arm(tmp_path):
@@ -70,19 +71,18 @@ def test_sandbox_benchmark_measures_every_arm(tmp_path):
     assert {"bare python", "run_python", "run_python, realistic"} <= set(report["latency"])
     for row in report["latency"].values():
         assert 0 < row["median_ms"] <= row["p95_ms"]
-    floor = report["latency"][report["floor"]]["median_ms"]
-    assert report["ratio_run_python_over_floor"] == pytest.approx(report["latency"]["run_python"]["median_ms"] / floor)
+    assert report["floor"] in report["latency"]  # the ratio's baseline was measured in the same run
     assert report["throughput"]["run_python, realistic"]["calls"] == 4
-    assert "ratio run_python /" in stdout
+    assert f"ratio run_python / {report['floor']} (median latency): {report['ratio_run_python_over_floor']:.2f}" in stdout
 
 
 def test_code_reward_benchmark_times_both_arms(tmp_path):
     report, stdout = run_benchmark("bench_code_reward", ["--rounds", "1", "--tasks", "12"], tmp_path)
     assert report["solutions"] == 12 and set(report["median_s"]) == {"harness", "plain process"}
     assert report["cases_scored"]["harness"] > 12  # every test case on its own
-    assert report["ratio_harness_over_plain"] == pytest.approx(
-        report["median_s"]["harness"] / report["median_s"]["plain process"])
-    assert "ratio harness / plain process" in stdout
+    # Both arms scored the same 12 reference solutions, and every one passed in both (the benchmark exits otherwise)
+    assert report["cases_scored"]["plain process"] == 12 and all(s > 0 for s in report["median_s"].values())
+    assert f"ratio harness / plain process (seconds for all 12 solutions): {report['ratio_harness_over_plain']:.2f}" in stdout
 
 
 def test_turn_credit_benchmark_runs_both_arms_with_one_seed(tmp_path):

@@ -225,28 +225,3 @@ def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3  # went on from step 2
 
 
-def test_offline_demo_learns_to_try_its_code(tmp_path):
-    """`python grpo_code.py` with no GPU and no flags but an output folder: the issue's targets."""
-    out = tmp_path / "demo"
-    result = run_script(["--output_dir", out], script="grpo_code.py", timeout=1500)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "offline demo" in result.stdout
-    evaluation = json.loads((out / "eval.json").read_text())
-    before, after = evaluation["before"], evaluation["after"]
-    print(f"code demo: pass@1 {before['accuracy']:.3f} -> {after['accuracy']:.3f}, tests passed "
-          f"{before['tests_passed']:.3f} -> {after['tests_passed']:.3f}, run_python calls "
-          f"{before['mean_tool_calls']:.2f} -> {after['mean_tool_calls']:.2f}, {evaluation['wall_time_seconds']} s")
-    assert after["accuracy"] - before["accuracy"] >= 0.20
-    assert evaluation["warnings"] == []  # the demo as it ships is not hacked
-    state = json.loads((out / "trainer_state.json").read_text())
-    midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
-    assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out pass@1 during training, rising
-    # --eval_only on a checkpoint the demo wrote, with the signal report
-    result = run_script(["--model_name_or_path", out / "checkpoint-80", "--dataset_name", TOY_CODE_DATA,
-                         "--eval_dataset_name", "none", "--eval_only", "--max_completion_length", 128,
-                         "--max_tool_calling_iterations", 2, "--num_eval_examples", 100, "--eval_batch_size", 100,
-                         "--eval_num_samples", 2, "--output_dir", tmp_path / "eval"], script="grpo_code.py")
-    assert result.returncode == 0, result.stderr[-3000:]
-    scores = json.loads((tmp_path / "eval" / "eval.json").read_text())["eval_only"]
-    assert scores["accuracy"] == pytest.approx(after["accuracy"])  # the same weights, the same greedy answers
-    assert "signal report" in result.stdout

@@ -21,6 +21,10 @@ SETTINGS = {
     "grpo_code.py": ["--model_name_or_path", REPO / "assets" / "tiny-qwen-code", "--dataset_name",
                      REPO / "assets" / "toy_code", "--eval_dataset_name", "none", "--max_completion_length", "128",
                      "--max_tool_calling_iterations", "2"],
+    "grpo_search.py": ["--model_name_or_path", REPO / "assets" / "tiny-qwen-search", "--dataset_name",
+                       REPO / "assets" / "toy_search", "--corpus_name", REPO / "assets" / "toy_search" / "corpus.jsonl",
+                       "--max_completion_length", "160", "--max_tool_calling_iterations", "3",
+                       "--turn_credit"],  # per-turn advantages: groups gathered over both ranks
 }
 COMMON = ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--num_generations", "8",
           "--learning_rate", "2e-4", "--warmup_steps", "0", "--gradient_checkpointing", "false",
