@@ -124,3 +124,23 @@ def test_drift_is_caught():
     assert [p for p in differing({**TEXTS, "grpo_search.py": lost}) if "Multi-turn rollouts" in p]
     extra = TEXTS["grpo_math.py"] + cells(split(TEXTS["grpo_code.py"])[1])["# ## Hidden tests"]
     assert [p for p in differing({**TEXTS, "grpo_math.py": extra}) if "Hidden tests" in p]
+
+
+def test_the_readme_table_counts_what_the_scripts_hold():
+    """README's "How the scripts differ" table: its line counts and line numbers are the scripts' own."""
+    rows = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("| lines: ") or line.startswith("| `RUBRIC` on line"):
+            label, *values = [cell.strip() for cell in line.strip("|").split("|")]
+            rows[label] = [value if " / " in value else value.split(" ")[0].replace(",", "") for value in values]
+    machinery = {script: cells(split(text)[1]) for script, text in TEXTS.items()}
+    for column, script in enumerate(SCRIPTS):
+        text = TEXTS[script]
+        recipe, below = split(text)
+        own = sum(cell.count("\n") for heading, cell in machinery[script].items()
+                  if sum(heading in found for found in machinery.values()) == 1)
+        line = {name: text[:text.index(definitions(recipe)[name])].count("\n") + 1 for name in TARGETS}
+        assert rows["lines: recipe (above the line)"][column] == str(recipe.count("\n")), script
+        assert rows["lines: machinery shared with other scripts"][column] == str(below.count("\n") - own), script
+        assert rows["lines: machinery of its own"][column] == str(own), script
+        assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
