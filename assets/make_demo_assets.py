@@ -546,10 +546,11 @@ if __name__ == "__main__":
     parser.add_argument("--search_hidden", type=int, default=64)
     parser.add_argument("--search_layers", type=int, default=2)
     parser.add_argument("--fingerprint", action="store_true",
-                        help=f"a quick rebuild: data, tokenizer and only the first {FINGERPRINT_STEPS} warm-start steps, "
-                             "whose warm_start.json must match the full build's (tests/test_demo.py checks it)")
+                        help=f"a quick rebuild: data, tokenizer and only the first {FINGERPRINT_STEPS} warm-start "
+                             "steps, whose warm_start.json must match the full build's (tests/test_demo.py checks it)")
     parser.add_argument("--probe_assets", type=Path, default=None,
-                        help="also record the probe loss of the models in this folder (e.g. assets/) in warm_start.json")
+                        help="also record in warm_start.json the probe loss of the models in this folder (e.g. "
+                             "assets/)")
     args = parser.parse_args()
     PROBE_ASSETS = args.probe_assets
     if args.fingerprint:

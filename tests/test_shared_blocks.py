@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO
 
 SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py"]
-MACHINERY_LINE = "# ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----"
+MACHINERY_LINE = ("# ---- machinery: the same in every script, held identical by tests; "
+                  "you rarely need to edit below ----")
 
 # Machinery cells that only some scripts need, by the first line of their markdown; every other one is in all four.
 TOOL_SCRIPTS = {"grpo_tools.py", "grpo_code.py", "grpo_search.py"}
@@ -143,4 +144,5 @@ def test_the_readme_table_counts_what_the_scripts_hold():
         assert rows["lines: recipe (above the line)"][column] == str(recipe.count("\n")), script
         assert rows["lines: machinery shared with other scripts"][column] == str(below.count("\n") - own), script
         assert rows["lines: machinery of its own"][column] == str(own), script
-        assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
+        numbers = f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
+        assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == numbers, script
