@@ -194,10 +194,10 @@ DEMO_SETTINGS = dict(
 # %%
 def load_data(script_args, tokenizer, seed):
     """(train, eval, corpus): datasets of chat prompts with the columns the rewards read, and the documents."""
-    if min(script_args.search_top_k, script_args.snippet_chars, script_args.page_chars, script_args.search_budget) < 1:
-        raise RecipeError("--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more")
     from datasets import Dataset
 
+    if min(script_args.search_top_k, script_args.snippet_chars, script_args.page_chars, script_args.search_budget) < 1:
+        raise RecipeError("--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more")
     name = script_args.dataset_name
     dataset = read_dataset(name, script_args.dataset_config)
     train = split_of(dataset, script_args.dataset_train_split, name, "--dataset_train_split")
