@@ -227,6 +227,9 @@ def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: i
             if AutoTokenizer.from_pretrained(folder).get_vocab() == tokenizer.get_vocab():
                 other = Qwen2ForCausalLM.from_pretrained(folder)
                 fingerprint["probed"][folder.name] = probe_loss(other, tokenizer, examples)
+        if not fingerprint["probed"]:
+            sys.exit(f"--probe_assets {PROBE_ASSETS}: no tiny-qwen-* model there has this demo's tokenizer: pass the "
+                     "folder that holds the built assets, e.g. assets")
     return fingerprint
 
 

@@ -146,3 +146,12 @@ def test_the_readme_table_counts_what_the_scripts_hold():
         assert rows["lines: machinery of its own"][column] == str(own), script
         numbers = f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
         assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == numbers, script
+
+
+def test_the_two_gsm8k_recipes_read_their_data_alike():
+    """grpo_math.py and grpo_tools.py train on the same data (GSM8K-style questions and numeric answers), so their
+    recipe-side data and answer helpers are copies too: a fix to one must reach the other (or this test is changed
+    on purpose, when one recipe's data parts ways)."""
+    math, tools = (definitions(split(TEXTS[script])[0]) for script in ("grpo_math.py", "grpo_tools.py"))
+    for name in ("load_data", "NUMBER", "parse_number", "gold_number"):  # correctness_reward: held to rewards.py too
+        assert math[name] == tools[name], name
