@@ -216,7 +216,7 @@ def load_data(script_args, tokenizer, seed):
     train = split_of(dataset, script_args.dataset_train_split or default_split, name, "--dataset_train_split")
     eval_name = script_args.eval_dataset_name
     if eval_name and eval_name.lower() != "none":
-        tasks = read_dataset(eval_name, script_args.eval_dataset_config)
+        tasks = read_dataset(eval_name, script_args.eval_dataset_config, "--eval_dataset_name")
         split = next(iter(tasks)) if len(tasks) == 1 else script_args.dataset_test_split  # one file: its only split
         test = split_of(tasks, split, eval_name, "--dataset_test_split")
     elif script_args.dataset_test_split in dataset:
@@ -1399,11 +1399,15 @@ def template_error(error: ValueError, model_name: str) -> Exception:
 # ## Reading data
 # A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
 # %%
-def read_dataset(name: str, config):
+def read_dataset(name: str, config, flag: str = "--dataset_name"):
     """A Hub dataset or a local file or folder, as a DatasetDict."""
     from datasets import load_dataset
 
-    path = Path(name)
+    path = Path(name).expanduser()
+    data_file = re.search(r"\.(jsonl?|csv|parquet)(\.(gz|bz2|xz))?$", name) is not None
+    looks_local = name.startswith(("/", "./", "../", "~")) or "\\" in name or name.count("/") > 1
+    if not path.exists() and (data_file or looks_local):  # not a Hub id: do not ask the Hub for it
+        raise RecipeError(f"no such file or folder: {name} (check the path given to {flag})")
     try:
         if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
             suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix

@@ -739,7 +739,7 @@ def load_corpus(script_args, splits: list) -> list[dict]:
         documents = [doc for rows in splits if len(rows) for context in rows["context"] for doc in paragraphs_of(context)]
     else:
         name = script_args.corpus_name
-        corpus = read_dataset(name, None)
+        corpus = read_dataset(name, None, "--corpus_name")
         rows = corpus[next(iter(corpus))] if len(corpus) == 1 else split_of(corpus, "train", name, "a corpus with")
         columns = rows.column_names
         id_column = next((c for c in ("id", "doc_id", "title") if c in columns), None)
@@ -944,11 +944,15 @@ def template_error(error: ValueError, model_name: str) -> Exception:
 # ## Reading data
 # A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
 # %%
-def read_dataset(name: str, config):
+def read_dataset(name: str, config, flag: str = "--dataset_name"):
     """A Hub dataset or a local file or folder, as a DatasetDict."""
     from datasets import load_dataset
 
-    path = Path(name)
+    path = Path(name).expanduser()
+    data_file = re.search(r"\.(jsonl?|csv|parquet)(\.(gz|bz2|xz))?$", name) is not None
+    looks_local = name.startswith(("/", "./", "../", "~")) or "\\" in name or name.count("/") > 1
+    if not path.exists() and (data_file or looks_local):  # not a Hub id: do not ask the Hub for it
+        raise RecipeError(f"no such file or folder: {name} (check the path given to {flag})")
     try:
         if path.is_file():  # a single local file: its format comes from the extension (HumanEval.jsonl.gz too)
             suffix = path.suffixes[-2] if len(path.suffixes) > 1 and path.suffix in (".gz", ".bz2", ".xz") else path.suffix

@@ -176,7 +176,8 @@ def test_a_task_whose_reference_fails_is_reported_and_dropped(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--tests_column", "tests"], "has no column 'tests'"),
     (["--dataset_train_split", "train+dev"], "has no split 'dev'"),
-    (["--dataset_name", "missing.jsonl"], "cannot load dataset"),
+    (["--dataset_name", "missing.jsonl"], "no such file or folder: missing.jsonl (check the path given to --dataset_name)"),
+    (["--eval_dataset_name", "./tasks"], "no such file or folder: ./tasks (check the path given to --eval_dataset_name)"),
 ])
 def test_bad_input_is_one_clear_error(flags, message, tmp_path):
     result = run_script([*FAST_RUN, *flags, "--output_dir", tmp_path / "run"], script="grpo_code.py")

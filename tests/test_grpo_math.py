@@ -95,7 +95,8 @@ BAD_INPUTS = [
     (["--load_in_4bit"], "--use_peft"),
     (["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct"], "cannot load model"),
     (["--dataset_name", "openai/gsm8k"], "cannot load dataset"),
-    (["--dataset_name", "missing_file.jsonl"], "cannot load dataset"),
+    (["--dataset_name", "missing_file.jsonl"], "no such file or folder: missing_file.jsonl (check the path given to --dataset_name)"),
+    (["--dataset_name", "data/gsm8k"], "cannot load dataset"),
     (["--resume_from_checkpoint", "last"], "no checkpoint"),
     (["--reward_weights", "1.0", "2.0"], "--reward_weights"),
 ]
@@ -108,7 +109,7 @@ def test_bad_input_raises_a_clear_error(flags, expected, tmp_path):
     if expected == "pip install vllm" and gm.importlib.util.find_spec("vllm"):
         pytest.skip("vllm is installed here, so this error cannot occur")
     args = [*FAST_RUN, "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *flags]
-    with pytest.raises(gm.RecipeError, match=expected.replace("(", r"\(")):
+    with pytest.raises(gm.RecipeError, match=re.escape(expected)):
         gm.main(args)
 
 

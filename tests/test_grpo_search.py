@@ -385,7 +385,7 @@ def test_short_run_writes_eval_and_plot(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--search_top_k", "0"], "--search_top_k, --snippet_chars, --page_chars and --search_budget must be 1 or more"),
-    (["--corpus_name", "missing.jsonl"], "cannot load dataset 'missing.jsonl'"),
+    (["--corpus_name", "missing.jsonl"], "no such file or folder: missing.jsonl (check the path given to --corpus_name)"),
     (["--dataset_test_split", "dev"], "has no split 'dev'"),
 ])
 def test_bad_flags_are_one_line_errors(tmp_path, flags, message):

@@ -144,6 +144,15 @@ def test_short_run_writes_eval_and_plot(tmp_path):
     assert (out / "training_curves.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_missing_local_file_is_not_looked_up_on_the_hub(tmp_path):
+    result = run_script([*FAST_RUN, "--dataset_name", "nonexistent.jsonl", "--output_dir", tmp_path / "run"],
+                        script="grpo_tools.py")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("grpo_tools.py: error: no such file or folder: nonexistent.jsonl "
+                    "(check the path given to --dataset_name)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unsupported_chat_template_is_one_clear_error(tmp_path):
     model = tmp_path / "model"
     import shutil
