@@ -399,15 +399,14 @@ def run_facts(script_args) -> dict:
     return {}
 
 
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int | None = None,
-             num_samples: int = 1, trajectories: Path | None = None, step: int | None = None) -> dict:
+def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectories: Path | None = None,
+             step: int | None = None) -> dict:
     """Greedy accuracy and strict-format rate in [0, 1]; with num_samples > 1 also pass@1, pass@N and the signal
-    report. Every completion, parsed answer and reward goes to `trajectories` (one JSON line per question). One turn
-    per answer: `max_rounds` (tool-call rounds, for the tool scripts) is unused."""
+    report. Every completion, parsed answer and reward goes to `trajectories` (one JSON line per question)."""
     if len(dataset) == 0:
         return {}
     samples = num_samples if num_samples > 1 else 0
-    answers = generate_answers(trainer, dataset, batch_size, max_new_tokens, samples)
+    answers = generate_answers(trainer, dataset, batch_size, samples)
     golds = list(dataset["answer"])
     flat = [text for row in answers for text in row]
     scores = score(flat, answer=[gold for gold, row in zip(golds, answers) for _ in row])
@@ -550,6 +549,13 @@ def load_tokenizer(model_args, training_args):
                           "folder with --model_name_or_path") from None
     if tokenizer.chat_template is None:
         raise RecipeError(f"'{model_args.model_name_or_path}' has no chat template: use an instruct/chat model")
+    try:  # every recipe's prompt opens with a system message (SYSTEM_PROMPT)
+        tokenizer.apply_chat_template([{"role": "system", "content": "."}, {"role": "user", "content": "."}],
+                                      add_generation_prompt=True, tokenize=False)
+    except Exception as error:  # jinja2's TemplateError, raised by the template itself
+        raise RecipeError(f"'{model_args.model_name_or_path}' has {template_family(tokenizer.chat_template)} chat "
+                          f"template, which refuses this recipe's prompt ({error}): use another model, or fold "
+                          "SYSTEM_PROMPT into the user message in load_data") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -613,12 +619,34 @@ def apply_hardware_defaults(config, output_root: str):
             config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
 
 
-def template_error(error: ValueError, model_name: str) -> Exception:
-    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+def template_error(error: ValueError, model_name: str, chat_template: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the family
+    and the fix."""
     if "template" not in str(error).lower():
         return error
-    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
-                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+    import trl
+
+    reasons = {"does not support tool calling": "it cannot render a tool call and its result",
+               "Unrecognized chat template": "TRL has no tool-call parser for it",
+               "not training-compatible": "TRL cannot make it prefix-preserving"}
+    reason = next((why for text, why in reasons.items() if text in str(error)), str(error).split(". ")[0])
+    return RecipeError(f"'{model_name}' has {template_family(chat_template)} chat template, which TRL "
+                       f"{trl.__version__} cannot drive tool calls with ({reason}). Use a model of a supported "
+                       "family (README: grpo_tools.py, Models): Qwen2.5, Qwen3/3.5/3.6, Llama 3.1/3.2, GLM-4.5, "
+                       "gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+def template_family(chat_template: str) -> str:
+    """'the <name>' of the template TRL ships that `chat_template` is a copy of, else a guess from its markers."""
+    import trl
+
+    for path in sorted((Path(trl.__file__).parent / "chat_templates").glob("*.jinja")):
+        if path.read_text(encoding="utf-8") == chat_template:
+            return f"the {path.stem}"
+    markers = {"<|start_header_id|>": "a Llama 3", "<start_of_turn>": "a Gemma 1-3", "<|assistant|>": "a Phi-3 or GLM",
+               "<｜Assistant｜>": "a DeepSeek", "<|START_OF_TURN_TOKEN|>": "a Cohere", "[INST]": "a Mistral",
+               "<|im_start|>": "a ChatML (Qwen-like, edited or custom)"}
+    return next((family for marker, family in markers.items() if marker in chat_template), "an unrecognised")
 
 
 # %% [markdown]
@@ -709,8 +737,9 @@ def signal_report(metrics: dict) -> str:
 # Greedy (and sampled) answers to held-out questions, batched, on every process alike.
 # %%
 @torch.no_grad()
-def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num_samples: int = 0) -> list[list[str]]:
-    """For each row: [its greedy completion, then `num_samples` sampled at the training temperature]."""
+def generate_answers(trainer, dataset, batch_size: int, num_samples: int = 0) -> list[list[str]]:
+    """For each row: [its greedy completion, then `num_samples` sampled at the training temperature], each at most
+    `max_completion_length` tokens, as in training."""
     model, tokenizer, accelerator, args = trainer.model, trainer.processing_class, trainer.accelerator, trainer.args
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
@@ -731,7 +760,7 @@ def generate_answers(trainer, dataset, batch_size: int, max_new_tokens: int, num
                 with torch.autocast(model.device.type, dtype=torch.bfloat16 if args.bf16 else torch.float16,
                                     enabled=args.bf16 or args.fp16):
                     output = generator.generate(
-                        **inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                        **inputs, max_new_tokens=args.max_completion_length, pad_token_id=tokenizer.pad_token_id,
                         do_sample=sample, **(dict(temperature=args.temperature, top_p=args.top_p,
                                                   num_return_sequences=num_samples) if sample else {}))
                 decoded = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -956,8 +985,7 @@ def main(argv=None):
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
         if main_process:
             (output_dir / name).unlink(missing_ok=True)
-    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
-                      max_rounds=training_args.max_tool_calling_iterations)
+    evaluation = dict(batch_size=script_args.eval_batch_size)  # the rest as in training: trainer.args
     width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process

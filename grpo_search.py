@@ -59,7 +59,8 @@ Model support: TRL drives tool calls only for chat templates it recognises (Qwen
 Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
-import functools, glob, hashlib, importlib.util, json, math, os, re, shutil, string, sys, tempfile, time  # noqa: E401
+import contextlib, copy, functools, glob, hashlib, importlib.util, inspect, json, math, os, re, shutil  # noqa: E401
+import string, sys, tempfile, time  # noqa: E401
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,6 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
-from trl.models import unwrap_model_for_generation
 
 
 def arg(default, help):
@@ -546,7 +546,7 @@ def build_trainer(script_args, training_args, model_args, tokenizer, train_datas
             quantization_config=get_quantization_config(model_args),
         )
     except ValueError as error:  # TRL drives tool calls only for the chat templates it knows
-        raise template_error(error, model_args.model_name_or_path) from None
+        raise template_error(error, model_args.model_name_or_path, tokenizer.chat_template) from None
 
 
 def run_facts(script_args) -> dict:
@@ -555,8 +555,8 @@ def run_facts(script_args) -> dict:
             "corpus_size": len(ToolEnvironment.index.documents), "turn_credit": script_args.turn_credit}
 
 
-def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 1,
-             trajectories: Path | None = None, step: int | None = None) -> dict:
+def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectories: Path | None = None,
+             step: int | None = None) -> dict:
     """Greedy multi-turn rollouts on held-out questions, both tools enabled: accuracy (exact match, HotpotQA's
     normalisation), F1, the share of supporting documents found, searches per question and those that found a new
     supporting document, tool-call success; with num_samples > 1 also pass@1, pass@N and the signal report. Every
@@ -564,9 +564,9 @@ def evaluate(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds:
     if len(dataset) == 0:
         return {}
     samples = num_samples if num_samples > 1 else 0
-    found = rollouts(trainer, dataset, batch_size, max_new_tokens, max_rounds, samples)
-    flat = [conversation for row in found for conversation, _ in row]
-    envs = [env for row in found for _, env in row]
+    found = rollouts(trainer, dataset, batch_size, samples)
+    flat = [rollout.messages for row in found for rollout in row]
+    envs = [rollout.env for row in found for rollout in row]
     answers = [value for value, row in zip(dataset["answer"], found) for _ in row]
     scores = score(flat, answer=answers, environments=envs)
     # Straight from the answers, whatever RUBRIC holds: a rubric under test must not grade itself
@@ -869,6 +869,13 @@ def load_tokenizer(model_args, training_args):
                           "folder with --model_name_or_path") from None
     if tokenizer.chat_template is None:
         raise RecipeError(f"'{model_args.model_name_or_path}' has no chat template: use an instruct/chat model")
+    try:  # every recipe's prompt opens with a system message (SYSTEM_PROMPT)
+        tokenizer.apply_chat_template([{"role": "system", "content": "."}, {"role": "user", "content": "."}],
+                                      add_generation_prompt=True, tokenize=False)
+    except Exception as error:  # jinja2's TemplateError, raised by the template itself
+        raise RecipeError(f"'{model_args.model_name_or_path}' has {template_family(tokenizer.chat_template)} chat "
+                          f"template, which refuses this recipe's prompt ({error}): use another model, or fold "
+                          "SYSTEM_PROMPT into the user message in load_data") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -932,12 +939,34 @@ def apply_hardware_defaults(config, output_root: str):
             config.output_dir = time.strftime(f"{output_root}/%Y%m%d-%H%M%S")
 
 
-def template_error(error: ValueError, model_name: str) -> Exception:
-    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the fix."""
+def template_error(error: ValueError, model_name: str, chat_template: str) -> Exception:
+    """GRPOTrainer's error for a chat template TRL cannot drive tool calls with, as a RecipeError naming the family
+    and the fix."""
     if "template" not in str(error).lower():
         return error
-    return RecipeError(f"'{model_name}' has a chat template TRL cannot drive tool calls with. Use a model of a "
-                       "supported family: Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+    import trl
+
+    reasons = {"does not support tool calling": "it cannot render a tool call and its result",
+               "Unrecognized chat template": "TRL has no tool-call parser for it",
+               "not training-compatible": "TRL cannot make it prefix-preserving"}
+    reason = next((why for text, why in reasons.items() if text in str(error)), str(error).split(". ")[0])
+    return RecipeError(f"'{model_name}' has {template_family(chat_template)} chat template, which TRL "
+                       f"{trl.__version__} cannot drive tool calls with ({reason}). Use a model of a supported "
+                       "family (README: grpo_tools.py, Models): Qwen2.5, Qwen3/3.5/3.6, Llama 3.1/3.2, GLM-4.5, "
+                       "gpt-oss, Gemma 4, LFM2 or Nemotron 3")
+
+
+def template_family(chat_template: str) -> str:
+    """'the <name>' of the template TRL ships that `chat_template` is a copy of, else a guess from its markers."""
+    import trl
+
+    for path in sorted((Path(trl.__file__).parent / "chat_templates").glob("*.jinja")):
+        if path.read_text(encoding="utf-8") == chat_template:
+            return f"the {path.stem}"
+    markers = {"<|start_header_id|>": "a Llama 3", "<start_of_turn>": "a Gemma 1-3", "<|assistant|>": "a Phi-3 or GLM",
+               "<｜Assistant｜>": "a DeepSeek", "<|START_OF_TURN_TOKEN|>": "a Cohere", "[INST]": "a Mistral",
+               "<|im_start|>": "a ChatML (Qwen-like, edited or custom)"}
+    return next((family for marker, family in markers.items() if marker in chat_template), "an unrecognised")
 
 
 # %% [markdown]
@@ -1025,102 +1054,108 @@ def signal_report(metrics: dict) -> str:
 
 # %% [markdown]
 # ## Multi-turn rollouts
-# Greedy (and sampled) conversations on held-out rows with the tools enabled, as in training: each row's
-# environment is reset with the row, tool calls are run and their results fed back, round after round.
+# Held-out conversations generated the way training generates them: by TRL's own generation step
+# (`GRPOTrainer._generate`). So TRL's parser for the model's chat template finds the tool calls, all turns share
+# `max_completion_length`, `max_tool_calling_iterations` caps the rounds, a tool result that would overflow the
+# budget ends the conversation, the ids kept are the ids sampled, and vLLM generates when --use_vllm is on. Only
+# the decoding differs: greedy, or the training temperature for the sampled copies.
 # %%
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)  # Qwen/Hermes-style calls
-
-
-def run_tool_calls(text: str, env: ToolEnvironment) -> list[dict] | None:
-    """Parse the tool calls in a generated turn and run them; None when the turn makes no call."""
-    blocks = TOOL_CALL.findall(text)
-    if not blocks:
-        return None
-    messages = [{"role": "assistant", "content": TOOL_CALL.sub("", text).strip(), "tool_calls": []}]
-    for block in blocks:
-        try:
-            call = json.loads(block)
-            name, arguments = call["name"], call.get("arguments", {})
-            if name.startswith("_") or name == "reset" or not callable(getattr(env, name, None)):
-                raise ValueError(f"no tool named {name!r}")
-            result = getattr(env, name)(**arguments)
-        except Exception as error:  # a malformed call is a failed call, as in training
-            env.calls, env.failures = env.calls + 1, env.failures + 1
-            name, arguments, result = "unknown", {}, f"Error: could not run the tool call ({error})"
-        messages[0]["tool_calls"].append({"type": "function", "function": {"name": name, "arguments": arguments}})
-        messages.append({"role": "tool", "name": name, "content": str(result)})
-    return messages
+@dataclass
+class Rollout:
+    messages: list  # after the prompt: the assistant's turns (with their tool calls) and the tool results, in order
+    env: "ToolEnvironment"  # the rollout's own environment, as the rewards see it
+    completion_ids: list  # the token ids after the prompt, as training would score them
+    tool_mask: list  # 1 for each id the model generated, 0 for tool results and template tokens
 
 
 @torch.no_grad()
-def rollouts(trainer, dataset, batch_size: int, max_new_tokens: int, max_rounds: int, num_samples: int = 0):
-    """For each row: [its greedy rollout, then `num_samples` sampled at the training temperature], each rollout
-    (the messages after the prompt: calls, arguments and tool results in order, then the answer, its environment)."""
-    model, tokenizer, accelerator, args = trainer.model, trainer.processing_class, trainer.accelerator, trainer.args
-    was_training, padding_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"  # generate() continues from the right end of each row
-    results = []
-    # Each process answers an equal share (short shares padded with repeats) and runs as many tool
-    # rounds as the busiest one, so that all of them call generate() equally often, as ZeRO-3 and
-    # FSDP need; under ZeRO-3 the unwrap gathers the sharded weights.
-    rows = list(range(len(dataset)))
-    with accelerator.split_between_processes(rows, apply_padding=True) as my_rows, unwrap_model_for_generation(
-            trainer.model_wrapped, accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as generator:
+def rollouts(trainer, dataset, batch_size: int, num_samples: int = 0) -> list[list[Rollout]]:
+    """For each row: [its greedy rollout, then `num_samples` sampled at the training temperature]."""
+    if not all(hasattr(trainer, name) for name in ("_generate", "_env_tools", "_metrics")):
+        import trl
+
+        raise RecipeError(f"TRL {trl.__version__} lacks the GRPOTrainer internals the held-out evaluation runs "
+                          "through: install the TRL these scripts were tested with, pip install 'trl==1.16.*'")
+    model = trainer.model
+    was_training = model.training
+    model.eval()  # TRL generates in its eval mode: nothing counted as training tokens
+    results, rows = [], list(range(len(dataset)))
+    # Each process answers an equal share (short shares padded with repeats), so that all call TRL's generation
+    # step equally often; within a call the tool rounds run as in training.
+    with trainer.accelerator.split_between_processes(rows, apply_padding=True) as my_rows:
         for start in range(0, len(my_rows), batch_size):
             batch_rows = my_rows[start:start + batch_size]
             batch = dataset.select(batch_rows)
-            prompts = batch["prompt"]
             found = [[] for _ in batch_rows]
             for sample, copies in ((False, 1), (True, num_samples)) if num_samples else ((False, 1),):
-                conversations = [list(prompt) for prompt in prompts for _ in range(copies)]
-                envs = [ToolEnvironment() for _ in conversations]
-                for i, env in enumerate(envs):  # as in training: reset with the row; text it returns ends the prompt
-                    observation = env.reset(**batch[i // copies])
-                    if isinstance(observation, str):
-                        conversations[i][-1] = {**conversations[i][-1],
-                                                "content": conversations[i][-1]["content"] + observation}
-                active = list(range(len(conversations)))
-                for round_number in range(max_rounds + 1):
-                    asked = active or [0]  # nothing left here: ask again and drop the reply, to keep in step
-                    texts = [tokenizer.apply_chat_template(conversations[i], tools=tools_of(envs[i]),
-                                                           add_generation_prompt=True, tokenize=False) for i in asked]
-                    inputs = tokenizer(texts, return_tensors="pt", padding=True,
-                                       add_special_tokens=False).to(model.device)
-                    with torch.autocast(model.device.type, dtype=torch.bfloat16 if args.bf16 else torch.float16,
-                                        enabled=args.bf16 or args.fp16):
-                        output = generator.generate(
-                            **inputs, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                            do_sample=sample, **(dict(temperature=args.temperature, top_p=args.top_p) if sample else {}))
-                    replies = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-                    still_active = []
-                    for i, reply in zip(active, replies):
-                        messages = run_tool_calls(reply, envs[i]) if round_number < max_rounds else None
-                        if messages is None:  # a final answer (or out of rounds)
-                            conversations[i].append({"role": "assistant", "content": reply})
-                        else:
-                            conversations[i] += messages
-                            still_active.append(i)
-                    active = still_active
-                    if accelerator.gather(torch.tensor([len(active)], device=accelerator.device)).sum() == 0:
-                        break  # every process is done
-                for i, (conversation, env) in enumerate(zip(conversations, envs)):
-                    found[i // copies].append((conversation[len(prompts[i // copies]):], env))
+                inputs = [batch[i] for i in range(len(batch)) for _ in range(copies)]
+                with decoding(trainer, sample, copies), episodes(trainer, inputs) as (prompts, envs):
+                    _, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
+                for i, env in enumerate(envs):
+                    found[i // copies].append(Rollout(completions[i], env, completion_ids[i], tool_mask[i]))
             results += zip(batch_rows, found)
+    trainer._metrics["eval"].clear()  # what TRL logged about these calls belongs to no training step
     from accelerate.utils import gather_object
 
     trainer._questions_per_process = gather_object([len(my_rows)])
     by_row = dict(gather_object(results))  # the padding repeats rows: one result per row
     model.train(was_training)
-    tokenizer.padding_side = padding_side
     return [by_row[row] for row in rows]
 
 
+@contextlib.contextmanager
+def decoding(trainer, sample: bool, copies: int):
+    """TRL's generation settings for one evaluation call: greedy unless `sample`; put back afterwards."""
+    names = ("generation_config", "generation_kwargs", "num_generations_eval")
+    saved = {name: getattr(trainer, name) for name in names if hasattr(trainer, name)}
+    vllm = getattr(trainer, "vllm_generation", None)
+    saved_temperature = getattr(vllm, "temperature", None)
+    if not sample:
+        greedy = dict(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
+        if "generation_config" in saved:  # transformers' generate()
+            trainer.generation_config = copy.deepcopy(trainer.generation_config)
+            trainer.generation_config.update(**greedy)
+            trainer.generation_kwargs = {**trainer.generation_kwargs, **greedy}
+        if vllm is not None:
+            vllm.temperature = 0.0  # vLLM's greedy decoding
+    trainer.num_generations_eval = copies  # vLLM server mode answers each distinct prompt `copies` times
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(trainer, name, value)
+        if vllm is not None:
+            vllm.temperature = saved_temperature
+
+
+@contextlib.contextmanager
+def episodes(trainer, inputs: list[dict]):
+    """(prompts, environments) for one evaluation call: a fresh ToolEnvironment per rollout, reset with its row, and
+    the tools TRL's loop calls, set up as GRPOTrainer._generate_and_score_completions does in training."""
+    names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
+    saved = {name: getattr(trainer, name, None) for name in names}
+    envs, prompts = [ToolEnvironment() for _ in inputs], []
+    for env, row in zip(envs, inputs):
+        observation = env.reset(**row)  # text it returns ends the prompt, as in training
+        prompt = list(row["prompt"])
+        if isinstance(observation, str):
+            prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
+        prompts.append(prompt)
+    tools = [trainer._standalone_tools + tools_of(env) for env in envs]
+    trainer.environments, trainer._batch_environments = envs, [None] * len(envs)
+    trainer._sync_tool_dicts = [{t.__name__: t for t in ts if not inspect.iscoroutinefunction(t)} for ts in tools]
+    trainer._async_tool_dicts = [{t.__name__: t for t in ts if inspect.iscoroutinefunction(t)} for ts in tools]
+    try:
+        yield prompts, envs
+    finally:
+        for name, value in saved.items():
+            setattr(trainer, name, value)
+
+
 def tools_of(env: ToolEnvironment) -> list:
-    """The environment's tools, as TRL offers them: every public method but reset()."""
-    return [getattr(env, name) for name in sorted(vars(ToolEnvironment))
-            if not name.startswith("_") and name != "reset" and callable(getattr(env, name))]
+    """The environment's tools, as TRL offers them: its public methods but reset() and get_reward(), by name."""
+    return [getattr(env, name) for name, _ in inspect.getmembers(type(env), inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
 
 
 # %% [markdown]
@@ -1331,8 +1366,7 @@ def main(argv=None):
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
         if main_process:
             (output_dir / name).unlink(missing_ok=True)
-    evaluation = dict(batch_size=script_args.eval_batch_size, max_new_tokens=training_args.max_completion_length,
-                      max_rounds=training_args.max_tool_calling_iterations)
+    evaluation = dict(batch_size=script_args.eval_batch_size)  # the rest as in training: trainer.args
     width = max(map(len, HELD_OUT_TABLE)) + 2
 
     def report(results):  # the run's facts beside the scores, written by the main process

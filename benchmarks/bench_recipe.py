@@ -96,14 +96,13 @@ CONFIG_2025 = ["--learning_rate", "5e-6", "--adam_beta1", "0.9", "--adam_beta2",
 class EvalEvery(TrainerCallback):
     """Scores the held-out questions every `every` steps; the time that takes is not counted."""
 
-    def __init__(self, every, target, dataset, max_new_tokens):
-        self.every, self.target, self.dataset, self.max_new_tokens = every, target, dataset, max_new_tokens
+    def __init__(self, every, target, dataset):
+        self.every, self.target, self.dataset = every, target, dataset
         self.trainer, self.points, self.eval_seconds = None, [], 0.0
 
     def score(self, step):
         start = time.perf_counter()
-        accuracy = grpo_math.evaluate(self.trainer, self.dataset, batch_size=200,
-                                      max_new_tokens=self.max_new_tokens)["accuracy"]
+        accuracy = grpo_math.evaluate(self.trainer, self.dataset, batch_size=200)["accuracy"]
         self.eval_seconds += time.perf_counter() - start
         train_seconds = time.perf_counter() - self.started - self.eval_seconds
         self.points.append({"step": step, "accuracy": accuracy, "train_seconds": round(train_seconds, 1)})
@@ -126,7 +125,7 @@ def run_arm(name, flags, rewards, weights, args, work):
     tokenizer = grpo_math.load_tokenizer(model_args, training_args)
     train_dataset, eval_dataset = grpo_math.load_data(script_args, tokenizer, training_args.seed)
     training_args.reward_weights = weights
-    callback = EvalEvery(args.eval_every, args.target, eval_dataset, training_args.max_completion_length)
+    callback = EvalEvery(args.eval_every, args.target, eval_dataset)
     trainer = GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=rewards, args=training_args,
                           train_dataset=train_dataset, processing_class=tokenizer, callbacks=[callback])
     callback.trainer = trainer

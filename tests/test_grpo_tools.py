@@ -81,20 +81,6 @@ def test_environment_tallies_calls_and_failures():
     assert names == ["calculator", "run_python"]
 
 
-def test_eval_parses_and_runs_tool_calls():
-    environment = gt.ToolEnvironment()
-    environment.reset()
-    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 + 3"}}\n</tool_call>'
-    messages = gt.run_tool_calls(text, environment)
-    assert messages[1] == {"role": "tool", "name": "calculator", "content": "5"}
-    broken = gt.run_tool_calls("<tool_call>\n{not json\n</tool_call>", environment)
-    assert broken[1]["content"].startswith("Error")
-    assert gt.run_tool_calls('<tool_call>{"name": "reset", "arguments": {}}</tool_call>',
-                             environment)[1]["content"].startswith("Error")
-    assert gt.run_tool_calls("<answer>5</answer>", environment) is None
-    assert (environment.calls, environment.failures) == (3, 2)
-
-
 def test_multi_turn_batch_masks_tool_results(tmp_path, monkeypatch):
     """Trajectories hold real tool messages, rewards see them, and tool results carry no loss."""
     captured, seen_by_rewards = [], []
