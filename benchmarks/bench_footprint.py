@@ -1,7 +1,9 @@
-"""Benchmark: the real-size footprint of grpo_math.py on its default model, Qwen2.5-0.5B-Instruct.
+"""Benchmark: the real-size footprint of the recipes on their default model, Qwen2.5-0.5B-Instruct.
 
-    python benchmarks/bench_footprint.py   # no GPU: ~3 min on 2 idle cores; writes results/footprint.json
-    python benchmarks/bench_footprint.py              # CUDA GPU: also the GPU's peak memory, at the recipe's lengths
+    python benchmarks/bench_footprint.py   # no GPU: grpo_math.py, ~3 min on 2 idle cores; writes results/footprint.json
+    python benchmarks/bench_footprint.py   # CUDA GPU: also grpo_tools.py and grpo_code.py, each with and without
+                                           # --use_vllm (colocate) where vLLM is installed; GPU peak memory and
+                                           # tokens/s per run; about 8 minutes on one GPU
 
 No download: the model is Qwen2.5-0.5B-Instruct's architecture, built from its published config
 values (QWEN2_5_0_5B_INSTRUCT below) with random weights (seeded), saved to a temporary folder
@@ -11,13 +13,18 @@ the real model, so memory and compute per token are the real model's.
 
 Then grpo_math.py runs as a user runs it, once per variant (full fine-tuning, LoRA r=16), in a
 child process of its own: `python -c` imports grpo_math and calls `grpo_math.main([...flags...])`
-(its documented Python entry point) on the toy GSM8K-style data, and prints one JSON line:
+(its documented Python entry point) on the toy GSM8K-style data, and prints one JSON line. On a
+GPU, grpo_tools.py and grpo_code.py run the same way on their toy data (full fine-tuning, a few
+steps), with TRL's transformers generation and, where vLLM is installed, with `--use_vllm`
+colocated. Random weights make no tool calls, so these runs measure generation and training at
+the full completion length, not the tool loop. Each run reports:
     - peak resident memory of that process (VmHWM), and on CUDA torch.cuda.max_memory_allocated();
     - seconds per optimizer step: wall clock between the ends of consecutive steps (a callback
       only records timestamps), the first step left out as warm-up; also the CPU time the child
       used per step (all threads), which other jobs on the machine barely change; TRL's own
       `step_time` (which leaves out the optimizer step) is kept in the JSON as a cross-check;
-    - trainable and total parameters of the model the trainer holds.
+    - trainable and total parameters of the model the trainer holds;
+    - tokens per second: TRL's `num_tokens` (prompt + completion tokens trained on) over the measured steps.
 Worst case by construction: random weights almost never sample EOS (1 token in 151,936), so every
 completion runs to max_completion_length. A trained model stops earlier and costs less.
 Not the real workload in one respect: the toy prompts are ~63 tokens with the tiny tokenizer;
@@ -42,6 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "footprint.json"
 TOKENIZER = ROOT / "assets" / "tiny-qwen-math"
 DATASET = ROOT / "assets" / "toy_math"
+DATASETS = {"grpo_math": DATASET, "grpo_tools": ROOT / "assets" / "toy_tools",
+            "grpo_code": ROOT / "assets" / "toy_code"}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 os.environ.update(OFFLINE)  # nothing here may touch the Hub
@@ -86,6 +95,11 @@ VARIANTS = {  # the flags that make each variant; learning rates as grpo_math.py
     "full": [],
     "lora": ["--use_peft", "--lora_r", "16", "--lora_alpha", "32", "--learning_rate", "2e-5"],
 }
+# On a GPU: the tool scripts, full fine-tuning, 3 steps of 8 completions (one warm-up), with and without vLLM.
+SCRIPT_RUNS = {"grpo_tools": ("grpo_tools", []), "grpo_code": ("grpo_code", []),
+               "grpo_tools+vllm": ("grpo_tools", ["--use_vllm", "--vllm_mode", "colocate"]),
+               "grpo_code+vllm": ("grpo_code", ["--use_vllm", "--vllm_mode", "colocate"])}
+SCRIPT_RUN_SETTINGS = dict(steps=3, gradient_accumulation_steps=1)
 
 
 def qwen_config(**overrides):
@@ -127,15 +141,16 @@ def save_random_model(folder: Path, seed: int = 0, **overrides) -> Path:
 
 
 def grpo_math_argv(model: Path, output_dir: Path, variant: str, steps: int, max_completion_length: int,
-                   gradient_accumulation_steps: int) -> list[str]:
-    """The flags a user would pass to grpo_math.py for this variant."""
-    return ["--model_name_or_path", str(model), "--dataset_name", str(DATASET),
+                   gradient_accumulation_steps: int, script: str = "grpo_math") -> list[str]:
+    """The flags a user would pass to the script (grpo_math.py unless `script` says otherwise) for this variant."""
+    flags = VARIANTS[variant] if variant in VARIANTS else SCRIPT_RUNS[variant][1]
+    return ["--model_name_or_path", str(model), "--dataset_name", str(DATASETS[script]),
             "--max_steps", str(steps), "--num_eval_examples", "0", "--output_dir", str(output_dir),
             "--per_device_train_batch_size", "8", "--num_generations", "8",
             "--gradient_accumulation_steps", str(gradient_accumulation_steps),
             "--max_completion_length", str(max_completion_length),
             "--warmup_steps", "0", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
-            "--print_samples_every", "0", *VARIANTS[variant]]
+            "--print_samples_every", "0", *flags]
 
 
 # The child: runs grpo_math.main(argv) and prints one JSON line. Peak memory is read by the child
@@ -144,11 +159,11 @@ def grpo_math_argv(model: Path, output_dir: Path, variant: str, steps: int, max_
 # second variant would report max(first, second). The callback only records timestamps and
 # parameter counts; everything else is grpo_math.py's own code path.
 CHILD = r"""
-import json, os, resource, sys, time
+import importlib, json, os, resource, sys, time
 sys.path.insert(0, os.getcwd())
 import torch
-import grpo_math
 from transformers import TrainerCallback
+recipe = importlib.import_module(sys.argv[2])
 
 def peak_rss_bytes():
     try:
@@ -172,15 +187,15 @@ class Probe(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         probe["step_ends"].append((time.perf_counter(), time.process_time()))
 
-class ProbedTrainer(grpo_math.GRPOTrainer):
+class ProbedTrainer(recipe.GRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.add_callback(Probe())
 
-grpo_math.GRPOTrainer = ProbedTrainer
+recipe.GRPOTrainer = ProbedTrainer
 if torch.cuda.is_available():
     torch.cuda.reset_peak_memory_stats()
-grpo_math.main(json.loads(sys.argv[1]))
+recipe.main(json.loads(sys.argv[1]))
 ends = [probe.pop("train_begin")] + probe.pop("step_ends")
 probe["step_seconds"] = [b[0] - a[0] for a, b in zip(ends, ends[1:])]
 probe["step_cpu_seconds"] = [b[1] - a[1] for a, b in zip(ends, ends[1:])]  # all threads of this process
@@ -203,15 +218,17 @@ def cpu_busy_jiffies():
 
 
 def run_variant(variant: str, model: Path, work: Path, settings: dict) -> dict:
+    """One variant (VARIANTS: grpo_math.py) or script run (SCRIPT_RUNS) in a child process of its own."""
+    script = "grpo_math" if variant in VARIANTS else SCRIPT_RUNS[variant][0]
     output_dir = work / f"run-{variant}"
     argv = grpo_math_argv(model, output_dir, variant, settings["steps"], settings["max_completion_length"],
-                          settings["gradient_accumulation_steps"])
+                          settings["gradient_accumulation_steps"], script)
     log_path = work / f"{variant}.log"
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     jiffies_before, children_before = cpu_busy_jiffies(), resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with open(log_path, "w") as log:
-        result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv)], stdout=log,
+        result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv), script], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, **OFFLINE))
     wall = time.perf_counter() - started
     output = log_path.read_text()
@@ -238,7 +255,10 @@ def run_variant(variant: str, model: Path, work: Path, settings: dict) -> dict:
     steady = steps[1:] or steps  # the first step pays one-off costs (allocator, kernels, lazy inits)
     cpu_steps = probe["step_cpu_seconds"]
     cpu_steady = cpu_steps[1:] or cpu_steps
+    tokens = [entry["num_tokens"] for entry in state["log_history"] if "num_tokens" in entry]  # cumulative
+    measured_tokens = tokens[-1] - tokens[-1 - len(steady)] if len(tokens) > len(steady) else tokens[-1]
     return {
+        "script": f"{script}.py",
         "flags": argv[argv.index("--print_samples_every") + 2:],
         "trainable_parameters": probe["trainable"],
         "total_parameters": probe["total"],
@@ -254,6 +274,7 @@ def run_variant(variant: str, model: Path, work: Path, settings: dict) -> dict:
         "cpu_seconds_per_step": sum(cpu_steady) / len(cpu_steady),
         "step_cpu_seconds": cpu_steps,
         "warmup_steps_excluded": len(steps) - len(steady),
+        "tokens_per_second": measured_tokens / sum(steady) if tokens and sum(steady) else None,
         "trl_step_time_seconds": trl_step_time,  # TRL's own: generation + loss + backward, no optimizer step
         "mean_completion_length": [entry.get("completions/mean_length") for entry in state["log_history"]
                                    if "completions/mean_length" in entry],
@@ -280,6 +301,13 @@ def main(argv=None):
     parser.add_argument("--gradient_accumulation_steps", type=int, default=defaults["gradient_accumulation_steps"],
                         help="micro-batches of 8 completions per optimizer step (default: %(default)s)")
     parser.add_argument("--variants", default="full,lora", help="comma-separated, from: " + ", ".join(VARIANTS))
+    import importlib.util
+
+    vllm = importlib.util.find_spec("vllm") is not None
+    script_runs = [run for run in SCRIPT_RUNS if cuda and (vllm or "vllm" not in run)]
+    parser.add_argument("--scripts", default=",".join(script_runs),
+                        help="tool-script runs after grpo_math.py's variants, from: " + ", ".join(SCRIPT_RUNS)
+                        + " (default on this machine: %(default)s; none without a GPU)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     args = parser.parse_args(argv)
@@ -287,6 +315,9 @@ def main(argv=None):
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         parser.error(f"unknown variant(s) {unknown}: choose from {', '.join(VARIANTS)}")
+    scripts = [s.strip() for s in args.scripts.split(",") if s.strip()]
+    if any(s not in SCRIPT_RUNS for s in scripts):
+        parser.error(f"unknown script run(s) in {scripts}: choose from {', '.join(SCRIPT_RUNS)}")
     if args.steps < 2:
         print("note: with --steps 1 the only step is the warm-up step, and it is what gets reported")
     settings = {"steps": args.steps, "max_completion_length": args.max_completion_length,
@@ -313,6 +344,13 @@ def main(argv=None):
                   f"completions x {args.max_completion_length} tokens ...", flush=True)
             results[variant] = run_variant(variant, model, work, settings)
             print(f"  done in {results[variant]['child_wall_seconds']:.0f} s", flush=True)
+        for run in scripts:
+            run_settings = {**settings, **SCRIPT_RUN_SETTINGS}
+            print(f"running {SCRIPT_RUNS[run][0]}.py{' with vLLM' if 'vllm' in run else ''}: "
+                  f"{run_settings['steps']} steps of 8 completions x {args.max_completion_length} tokens ...",
+                  flush=True)
+            results[run] = run_variant(run, model, work, run_settings)
+            print(f"  done in {results[run]['child_wall_seconds']:.0f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -321,11 +359,14 @@ def main(argv=None):
           f"{args.gradient_accumulation_steps} accumulation, 8 generations, {args.max_completion_length} "
           f"completion tokens (all used), ~63 prompt tokens, {args.steps} steps (first excluded)")
     gpu_header = f"{'GPU peak alloc.':>17}" if cuda else ""
-    print(f"{'variant':<8}{'trainable params':>18}{gpu_header}{'peak RSS':>10}{'s/step':>9}{'CPU s/step':>12}   flags")
+    print(f"{'run':<16}{'trainable params':>18}{gpu_header}{'peak RSS':>10}{'s/step':>9}{'tokens/s':>10}"
+          f"{'CPU s/step':>12}   flags")
     for variant, r in results.items():
         gpu_memory = f"{gib(r['cuda_max_allocated_bytes']):>17}" if cuda else ""
-        print(f"{variant:<8}{r['trainable_parameters']:>18,}{gpu_memory}{gib(r['peak_rss_bytes']):>10}"
-              f"{r['seconds_per_step']:>9.1f}{r['cpu_seconds_per_step']:>12.1f}   {' '.join(r['flags']) or '(none)'}")
+        rate = f"{r['tokens_per_second']:>10.0f}" if r["tokens_per_second"] else f"{'-':>10}"
+        print(f"{variant:<16}{r['trainable_parameters']:>18,}{gpu_memory}{gib(r['peak_rss_bytes']):>10}"
+              f"{r['seconds_per_step']:>9.1f}{rate}{r['cpu_seconds_per_step']:>12.1f}   "
+              f"{' '.join(r['flags']) or '(none)'}")
     others = [r["other_processes_cpu_share"] for r in results.values() if r["other_processes_cpu_share"] is not None]
     contention = max(others) if others else None
     if contention is not None and contention > 0.1:
@@ -349,6 +390,7 @@ def main(argv=None):
                   "config": QWEN2_5_0_5B_INSTRUCT, "parameters": counts["total"],
                   "non_embedding_parameters": counts["non_embedding"]},
         "settings": settings,
+        "script_run_settings": SCRIPT_RUN_SETTINGS if scripts else None,
         "memory_measured": ("torch.cuda.max_memory_allocated() of the child; peak_rss_bytes is its VmHWM"
                             if cuda else "VmHWM (peak resident set) of the child process running grpo_math.main"),
         "seconds_per_step_measured": "wall clock between consecutive step ends, first step excluded; "

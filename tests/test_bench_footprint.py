@@ -83,3 +83,23 @@ def test_help_and_a_bad_variant():
     result = subprocess.run([*script, "--variants", "full,qlora", "--out", "/nonexistent/x.json"],
                             capture_output=True, text=True, env=offline_env(), timeout=120)
     assert result.returncode == 2 and "qlora" in result.stderr
+
+
+@pytest.mark.parametrize("run", list(bench.SCRIPT_RUNS))
+def test_tool_script_flags_are_ones_the_scripts_accept(tmp_path, run):
+    script, flags = bench.SCRIPT_RUNS[run]
+    recipe = __import__(script)
+    argv = bench.grpo_math_argv(tmp_path / "model", tmp_path / "out", run, steps=3, max_completion_length=48,
+                                gradient_accumulation_steps=1, script=script)
+    argv = [a for a in argv if a != "--use_vllm"]  # vLLM is not installed here: the rest must parse
+    script_args, training_args, model_args = recipe.parse_args(argv)
+    assert training_args.max_steps == 3 and script_args.dataset_name == str(bench.DATASETS[script])
+    assert training_args.vllm_mode == "colocate" and ("--use_vllm" in flags) == ("vllm" in run)
+
+
+def test_a_tool_script_run_reports_tokens_per_second(tmp_path):
+    settings = {"steps": 2, "max_completion_length": 8, "gradient_accumulation_steps": 1}
+    result = bench.run_variant("grpo_tools", REPO / "assets" / "tiny-qwen-tools", tmp_path, settings)
+    assert result["script"] == "grpo_tools.py" and len(result["step_seconds"]) == 2
+    # step 2 trained on 8 prompts of the toy data plus their completions, in the time it took
+    assert result["tokens_per_second"] * result["seconds_per_step"] > 8 * 8
