@@ -181,9 +181,9 @@ def turn(tokenizer, template, before: list[dict], after: list[dict], eos_ids: li
     return ids[:end + 1]
 
 
-def check_family(family: str, workdir: Path) -> dict:
+def check_family(family: str, workdir: Path, extra_flags: tuple = ()) -> dict:
     """Train one step and evaluate (before, after, and with --eval_only) on the family's tiny model; every rollout
-    of every call to TRL's generation step is checked."""
+    of every call to TRL's generation step is checked. `extra_flags` go after the matrix's own."""
     from transformers import AutoTokenizer
     from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
@@ -198,7 +198,7 @@ def check_family(family: str, workdir: Path) -> dict:
              "--per_device_train_batch_size", "4", "--num_generations", "2", "--gradient_accumulation_steps", "1",
              "--max_completion_length", "512", "--max_tool_calling_iterations", "3", "--num_eval_examples", "2",
              "--eval_batch_size", "2", "--mid_eval_steps", "0", "--logging_steps", "1", "--report_to", "none",
-             "--gradient_checkpointing", "false", "--bf16", "false", "--save_strategy", "no"]
+             "--gradient_checkpointing", "false", "--bf16", "false", "--save_strategy", "no", *extra_flags]
     result = {"family": family, "accepted": False, "training": False, "evaluation": False, "tokens_agree": False}
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     calls, generated = [], []  # per call of TRL's generation step: (mode, its output); per generate(): new ids
@@ -267,6 +267,9 @@ def check_family(family: str, workdir: Path) -> dict:
     training_run = json.loads((workdir / f"{family}-run" / "eval.json").read_text())
     result.update(
         rollouts={mode: len(found) for mode, found in checks.items()},
+        longest_rollout_ids={mode: max((len(output[1][i]) for m, output, _ in calls if m == mode
+                                        for i in range(len(output[1]))), default=0) for mode in checks},
+        call_ids=len(call_ids),
         failed_checks=sorted({f"{mode}:{name}" for mode, found in checks.items() for c in found
                               for name, ok in c.items() if not ok}),
         eval_only_accuracy=evaluation["accuracy"], eval_only_tool_calls=evaluation["mean_tool_calls"],

@@ -54,3 +54,15 @@ def test_the_check_sees_ids_that_differ_from_the_sampled_ones(tmp_path, monkeypa
 
 def test_the_readme_table_is_the_measured_one():
     assert bench_families.table(RESULTS["families"]) in (REPO / "README.md").read_text()
+
+
+def test_evaluation_conversations_share_the_training_budget(tmp_path):
+    """A tool result that would take the conversation past --max_completion_length ends it, in evaluation as in
+    training: no rollout holds more ids than the budget, and none gets to answer."""
+    probe = bench_families.check_family("qwen2_5", tmp_path / "probe")
+    budget = probe["call_ids"] + 4  # room for the call, not for the tool result after it
+    result = bench_families.check_family("qwen2_5", tmp_path / "tight", ("--max_completion_length", str(budget)))
+    assert probe["longest_rollout_ids"]["eval"] > budget  # with room, the conversation goes on past it
+    assert 0 < max(result["longest_rollout_ids"].values()) <= budget
+    assert {"train:ran", "train:answered", "eval:ran", "eval:answered"} <= set(result["failed_checks"])
+    assert result["eval_only_accuracy"] == 0.0 and result["tokens_agree"]

@@ -334,7 +334,7 @@ def test_nothing_written_in_one_call_is_seen_by_the_next():
                       f"    open(os.path.join(d, '{marker}'), 'w').write('note')\n"
                       f"    print(os.path.exists(os.path.join(d, '{marker}')))")
     assert first == "True\nTrue\nTrue\n", first
-    second = timed_run(f"import os\nprint([p for d in ('/tmp', '/dev/shm') for p in os.listdir(d)])")
+    second = timed_run("import os\nprint([p for d in ('/tmp', '/dev/shm') for p in os.listdir(d)])")
     assert second == "['main.py']\n", second
 
 
