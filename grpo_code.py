@@ -1585,11 +1585,12 @@ def decoding(trainer, sample: bool, copies: int):
 
 @contextlib.contextmanager
 def episodes(trainer, inputs: list[dict]):
-    """(prompts, environments) for one evaluation call: a fresh ToolEnvironment per rollout, reset with its row, and
+    """(prompts, environments) for one evaluation call: a fresh environment per rollout, reset with its row, and
     the tools TRL's loop calls, set up as GRPOTrainer._generate_and_score_completions does in training."""
     names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
     saved = {name: getattr(trainer, name, None) for name in names}
-    envs, prompts = [ToolEnvironment() for _ in inputs], []
+    make_environment = next(iter(trainer.environment_factories.values()))  # ToolEnvironment, or what it was given
+    envs, prompts = [make_environment() for _ in inputs], []
     for env, row in zip(envs, inputs):
         observation = env.reset(**row)  # text it returns ends the prompt, as in training
         prompt = list(row["prompt"])

@@ -23,12 +23,13 @@ snippets) and `open(doc_id, page)` (one page of a document), over as many turns 
 <answer>...</answer>. The questions are multi-hop (HotpotQA): the second search needs what the first one found. The
 rubric pays exact match of the answer (HotpotQA's official normalisation), a smaller F1 term and a format term,
 charges for searching past a budget, and credits each search that brought in a supporting document not seen before.
-With --turn_credit, that credit goes to the turn that earned it: the tokens of each assistant turn get the rollout's
-advantage plus that turn's own group-normalised reward (the idea of MT-GRPO), not one advantage for the whole rollout.
+With --turn_credit, that credit goes to the turn that earned it (MT-GRPO). With --max_context_tokens, older turns fold
+out of view, so the agent can make more tool calls than its context holds (FoldGRPO, MEM1).
 
 Run it
     python grpo_search.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
     python grpo_search.py --turn_credit                    # the same, with turn-level credit
+    python grpo_search.py --config assets/long_search.yaml # no GPU: chains of up to 8 scholars, a context that folds
     python grpo_search.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on HotpotQA
     python grpo_search.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_search.py --dataset_name questions.jsonl --corpus_name docs.jsonl   # your own data
@@ -41,22 +42,19 @@ Run it
 From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps", "10"])`.
 
 What to expect
-    CPU demo (measured, 2 cores): made-up scholars, each with a home town and a mentor; "Where was the mentor of
-    Scholar 318 born?" needs two searches. The tiny model imitated a sloppy teacher that often answers after the
-    first search with the scholar's own town. Before training, greedy, it chains both searches on a third of the
-    held-out questions and answers 0.22 of them right; after 80 steps it chains them on every question and answers
-    0.78. About 2.5 minutes. README.md has the comparison with --turn_credit.
+    CPU demo (measured, 2 cores): "Where was the mentor of Scholar 318 born?" needs two searches over made-up
+    scholars; the tiny model imitated a sloppy teacher that often answers with the scholar's own town. Greedy, it
+    answers 0.22 of the held-out questions right; after 80 steps (about 2.5 minutes), 0.78 (README.md: more figures).
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two searches; a few
     hundred steps on HotpotQA raise exact match by a few points.
 Outputs, in --output_dir: checkpoints, the final model, eval.json (held-out scores before and after, the monitor's
 warnings), training_curves.png and every evaluated rollout in eval_*.jsonl (README: Watching a run).
 
 How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one optimisation step per
-generation batch, a weighted rubric, tool results masked out of the loss); with --turn_credit, advantages are per
-token (per turn) instead of per rollout.
+generation batch, a weighted rubric, tool results masked out of the loss); --turn_credit gives per-turn advantages.
 
-Model support: TRL drives tool calls only for chat templates it recognises (Qwen2.5, Qwen3,
-Llama 3.1/3.2, GLM-4, gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
+Model support: TRL drives tool calls only for chat templates it recognises (Qwen2.5, Qwen3, Llama 3.1/3.2, GLM-4,
+gpt-oss, Gemma 4, LFM2, Nemotron 3, ...); other models get a clear error.
 """
 
 import contextlib, copy, functools, glob, hashlib, importlib.util, inspect, json, math, os, re, shutil  # noqa: E401
@@ -109,8 +107,10 @@ class ScriptArguments:
     snippet_chars: int = arg(200, "Characters of each result's text that search shows.")
     page_chars: int = arg(1000, "Characters per page that open shows; long documents never flood the context.")
     search_budget: int = arg(4, "Tool calls per question before search_budget_penalty starts to cost.")
-    turn_credit: bool = arg(False, "Turn-level credit (MT-GRPO): each assistant turn's tokens get the rollout's "
-                                   "advantage plus that turn's own group-normalised search credit.")
+    max_hops: int = arg(0, "Keep only questions of at most this many hops (the data's 'hops' column; 0 = all).")
+    max_context_tokens: int = arg(0, "Fold older turns away: the model never sees more tokens than this (0 = off).")
+    fold_notes: bool = arg(False, "Offer a `note` tool whose text stays in view when the context folds.")
+    turn_credit: bool = arg(False, "Turn-level credit (MT-GRPO): each turn's tokens also get its own search credit.")
     turn_credit_weight: float = arg(1.0, "Weight of the turn's own advantage with --turn_credit.")
     max_prompt_tokens: int = arg(1024, "Prompts longer than this (tool descriptions included) are dropped.")
     num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
@@ -211,7 +211,7 @@ def load_data(script_args, tokenizer, seed):
     known = {doc["id"] for doc in corpus}
 
     def fits(row):
-        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(ToolEnvironment()),
+        ids = tokenizer.apply_chat_template(row["prompt"], tools=tools_of(environment_class(script_args)()),
                                             add_generation_prompt=True, tokenize=True, return_dict=False)
         return len(ids) <= script_args.max_prompt_tokens
 
@@ -260,6 +260,7 @@ class ToolEnvironment:
         self.seen = set()    # ids this rollout has been shown, by search or open
         self.credited = 0    # searches that brought in a supporting document not seen before
         self.results = []    # (tool result, whether it earned that credit), in call order: for turn credit
+        self.folds, self.peak_context = [], 0  # with --max_context_tokens: each fold, the most tokens in view
         return None  # nothing to add to the question
 
     def search(self, query: str) -> str:
@@ -501,19 +502,90 @@ class TurnCreditGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        output["advantages"] = per_token_advantages(output["advantages"], self._turn_table(), mask,
+                                                    self.turn_credit_weight)
+        return output
+
+    def _turn_table(self) -> torch.Tensor:
+        """(this process's rollouts, turns): each turn's reward, normalised within its group at its turn index."""
         device, local = self.accelerator.device, len(self._turn_rewards)
         width = max([1] + [len(turn) for turn in self._turn_rewards])  # the most turns, on every process:
         width = int(self.accelerator.gather(torch.tensor([width], device=device)).max())  # gathers need one shape
         rewards = torch.zeros(local, width, device=device)
         for i, turn in enumerate(self._turn_rewards):
             rewards[i, :min(len(turn), width)] = torch.tensor(turn[:width], device=device)
+        self._metrics["train"]["turn_credit/credited_turns"].append(rewards.sum(1).mean().item())
         # Groups can span processes: normalise over all of them, then keep this process's rows
         turns = turn_advantages(self.accelerator.gather(rewards), self.num_generations, self.scale_rewards != "none")
-        turns = turns[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
-        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
-        output["advantages"] = per_token_advantages(output["advantages"], turns, mask, self.turn_credit_weight)
-        self._metrics["train"]["turn_credit/credited_turns"].append(rewards.sum(1).mean().item())
-        return output
+        return turns[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
+
+
+# %% [markdown]
+# ## Context folding
+# With `--max_context_tokens N`, what the model sees never passes N tokens, however many tools it calls. Before a
+# turn that would not fit, older turns are folded: they leave the context, and one line each stays in the user's
+# message (the call, and the ids its result showed; a `note` the model wrote, with `--fold_notes`, stays in full).
+# The last `FOLD_KEEP_TURNS` turns stay whole, so nothing of the current turn is lost. The idea of FoldGRPO
+# (arXiv 2510.11967) and MEM1 (arXiv 2506.15841): a bounded working context, trained like any other.
+# How a fold happens (FoldingGRPOTrainer, below the line): each fold starts a new training segment, trained with the
+# rollout's advantage; rewards see the whole episode, and the trajectory files list each fold.
+# %%
+class NotingEnvironment(ToolEnvironment):
+    """ToolEnvironment with a third tool, `note` (--fold_notes): what the model writes stays when its context folds."""
+
+    def note(self, text: str) -> str:
+        """Write a short note to yourself: it stays in view when older turns are folded away.
+
+        Args:
+            text: What to remember, e.g. the name you must look up next.
+        """
+        return self._tally("Noted." if str(text).strip() else "Error: empty note. Write what to remember.")
+
+
+FOLD_KEEP_TURNS = 2    # the latest turns (each a tool call and its results) a fold keeps whole
+TURN_ROOM = 0.25       # fold when less than this share of --max_context_tokens is left for the next turn
+FOLD_MAX_LINES = 6     # folded calls listed in the user's message; older ones are only counted (notes stay longest)
+FOLDED = "Earlier turns, folded to save context:"  # heads the lines a fold leaves in the user's message
+HIDDEN_CALLS = "- {} earlier tool calls not listed"
+
+
+def fold_line(call: dict, result: str) -> str:
+    """One folded tool call as a line: a note in full; else the call and the [ids] its result showed."""
+    function = call.get("function", call)
+    name, arguments = function.get("name"), function.get("arguments") or {}
+    if name == "note":
+        return f"- note: {arguments.get('text', '')}"
+    shown = " ".join(dict.fromkeys(re.findall(r"\[([^\[\]\n]{1,40})\]", str(result)))) or "no ids"
+    return f"- {name}({', '.join(json.dumps(v) for v in arguments.values())}) showed: {shown}"
+
+
+def fold_context(messages: list, question: str, keep: int = FOLD_KEEP_TURNS) -> tuple[list, list]:
+    """(folded messages, the lines added): every turn but the last `keep` leaves, one line each (fold_line) in the
+    user's message, after the lines of earlier folds; past FOLD_MAX_LINES the oldest lines that are not notes give
+    way to a count. `messages` = [system, user, then turns: an assistant message and the tool results that follow
+    it]; `question` is the user's message as first asked."""
+    head, turns = messages[:2], []
+    for message in messages[2:]:
+        if message.get("role") == "assistant" or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    dropped, kept = turns[:max(0, len(turns) - keep)], turns[max(0, len(turns) - keep):]
+    lines = []
+    for turn in dropped:
+        calls, results = turn[0].get("tool_calls") or [], [m.get("content") for m in turn[1:]]
+        lines += [fold_line(call, results[n] if n < len(results) else "") for n, call in enumerate(calls)]
+    earlier = head[1]["content"][len(question):].split(FOLDED, 1)[-1].strip().splitlines()
+    counted = re.fullmatch(HIDDEN_CALLS.format(r"(\d+)"), earlier[0]) if earlier else None
+    hidden = int(counted.group(1)) if counted else 0
+    earlier = earlier[1:] if counted else earlier
+    shown = earlier + lines
+    while len(shown) > FOLD_MAX_LINES:  # the oldest call that is not a note goes first; notes go last
+        shown.pop(next((n for n, line in enumerate(shown) if not line.startswith("- note:")), 0))
+        hidden += 1
+    block = ([HIDDEN_CALLS.format(hidden)] if hidden else []) + shown
+    user = {**head[1], "content": f"{question}\n\n{FOLDED}\n" + "\n".join(block)}
+    return [head[0], user] + [m for turn in kept for m in turn], lines
 
 
 # %% [markdown]
@@ -533,7 +605,11 @@ def build_trainer(script_args, training_args, model_args, tokenizer, train_datas
     ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
     ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
     TurnCreditGRPOTrainer.turn_credit_weight = script_args.turn_credit_weight
-    trainer_class = TurnCreditGRPOTrainer if script_args.turn_credit else GRPOTrainer
+    FoldingGRPOTrainer.max_context_tokens = script_args.max_context_tokens
+    FoldingGRPOTrainer.turn_credit = script_args.turn_credit
+    check_folding(script_args, training_args)
+    trainer_class = (FoldingGRPOTrainer if script_args.max_context_tokens else
+                     TurnCreditGRPOTrainer if script_args.turn_credit else GRPOTrainer)
     try:
         return trainer_class(
             model=load_model(model_args),
@@ -541,7 +617,7 @@ def build_trainer(script_args, training_args, model_args, tokenizer, train_datas
             args=training_args,
             train_dataset=train_dataset,
             processing_class=tokenizer,
-            environment_factory=ToolEnvironment,
+            environment_factory=environment_class(script_args),
             peft_config=get_peft_config(model_args),
             quantization_config=get_quantization_config(model_args),
         )
@@ -549,10 +625,30 @@ def build_trainer(script_args, training_args, model_args, tokenizer, train_datas
         raise template_error(error, model_args.model_name_or_path, tokenizer.chat_template) from None
 
 
+def check_folding(script_args, training_args):
+    """--max_context_tokens: a window with room for the prompt and a turn, and settings the folded segments fit."""
+    window = script_args.max_context_tokens
+    if not window:
+        return
+    if window <= script_args.max_prompt_tokens:
+        raise RecipeError(f"--max_context_tokens {window} leaves no room after the prompt: make it larger than "
+                          f"--max_prompt_tokens ({script_args.max_prompt_tokens}), or 0 to turn folding off")
+    if training_args.use_vllm or training_args.beta or training_args.num_iterations > 1 or \
+            training_args.gradient_accumulation_steps % training_args.steps_per_generation:
+        raise RecipeError("--max_context_tokens trains folded segments without reference or old log-probs: use "
+                          "--beta 0 --num_iterations 1, no --use_vllm, and the default --steps_per_generation")
+
+
+def environment_class(script_args):
+    """The tools each rollout gets: search and open, and note with --fold_notes."""
+    return NotingEnvironment if script_args.fold_notes else ToolEnvironment
+
+
 def run_facts(script_args) -> dict:
     """What eval.json records about the run besides the model, the dataset and the scores."""
     return {"corpus": script_args.corpus_name or script_args.dataset_name,
-            "corpus_size": len(ToolEnvironment.index.documents), "turn_credit": script_args.turn_credit}
+            "corpus_size": len(ToolEnvironment.index.documents), "turn_credit": script_args.turn_credit,
+            "max_context_tokens": script_args.max_context_tokens, "fold_notes": script_args.fold_notes}
 
 
 def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectories: Path | None = None,
@@ -576,6 +672,12 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     f1 = [max((answer_f1(p, a) for a in golds(gold)), default=0.0) if p is not None else 0.0
           for p, gold in zip(predicted, answers)]
     greedy = list(range(0, len(flat), 1 + samples))
+    for i in greedy:  # without folding, the model saw its whole conversation: prompt and completion
+        if not envs[i].peak_context:
+            prompt = trainer.processing_class.apply_chat_template(
+                dataset[i // (1 + samples)]["prompt"], tools=tools_of(envs[i]), add_generation_prompt=True,
+                tokenize=True, return_dict=False)
+            envs[i].peak_context = len(prompt) + len(found[i // (1 + samples)][0].completion_ids)
     supported = [i for i in greedy if envs[i].supporting]
     calls = sum(envs[i].calls for i in greedy)
     failures = sum(envs[i].failures for i in greedy)
@@ -587,6 +689,8 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
                "searches": sum(envs[i].searches for i in greedy) / len(greedy),
                "tool_call_success": (calls - failures) / calls if calls else 0.0,
                "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
+               "folds": sum(len(envs[i].folds) for i in greedy) / len(greedy),
+               "peak_context_tokens": max(envs[i].peak_context for i in greedy),
                "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
     if samples:
         metrics.update(sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
@@ -595,7 +699,8 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
             for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
                 f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
                     {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
-                     "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting)}
+                     "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting),
+                     "tool_calls": envs[i].calls, "folds": envs[i].folds, "peak_context_tokens": envs[i].peak_context}
                     for i in range(first, first + 1 + samples)]}, default=str) + "\n")
     return metrics
 
@@ -688,6 +793,175 @@ def index_folder(script_args) -> Path:
 
 
 # %% [markdown]
+# ## Folding rollouts
+# `--max_context_tokens` in training and evaluation alike. Where it plugs in: TRL 1.16's `environment_factory`
+# supplies the tools and `rollout_func` returns one token sequence per rollout; neither can change what earlier turns
+# the model sees. So this subclass runs the tool loop itself (`_tool_call_loop`, TRL's loop for text-only models,
+# plus the fold), and each fold starts a new training segment: the folded context is that segment's prompt, its turns
+# are the segment's completion. Every segment is trained with the rollout's advantage (as FoldGRPO does), so each
+# token is scored in the context it was sampled in, and the evaluation, which runs the same loop, folds alike.
+# %%
+class FoldingGRPOTrainer(TurnCreditGRPOTrainer):
+    """GRPOTrainer whose tool loop keeps the context under max_context_tokens by folding, and trains every segment
+    of a folded rollout with the rollout's advantage (with turn_credit, per turn, as TurnCreditGRPOTrainer does)."""
+
+    max_context_tokens, turn_credit = 0, False  # build_trainer sets them from --max_context_tokens, --turn_credit
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        """TRL's tool loop (text only), folding the context before a turn that would not fit. On return,
+        prompt_ids/completion_ids hold each rollout's last segment; the earlier ones are in self._segments."""
+        from trl.chat_template_utils import parse_response  # what TRL's own loop parses with
+
+        limit, room = self.max_context_tokens, int(TURN_ROOM * self.max_context_tokens)
+        count = len(completion_ids)
+        tool_mask = [[1] * len(ids) for ids in completion_ids]
+        envs = self.environments or [None] * count
+        self._segments = [[] for _ in range(count)]
+        active = [list(prompts[i]) + list(completions[i]) for i in range(count)]
+        questions = [prompts[i][1]["content"] for i in range(count)]
+        calls = failures = rounds = 0
+        for i in range(count):  # the first turn: its prompt and tokens are within the window
+            completion_ids[i] = completion_ids[i][:max(0, limit - len(prompt_ids[i]))]
+            tool_mask[i] = tool_mask[i][:len(completion_ids[i])]
+            if logprobs is not None:
+                logprobs[i] = logprobs[i][:len(completion_ids[i])]
+            self._note_context(envs[i], len(prompt_ids[i]) + len(completion_ids[i]))
+        pending = [i for i in range(count) if completions[i] and completions[i][-1].get("tool_calls")]
+        while pending and rounds < self.max_tool_calling_iterations:
+            contexts, going = [], []
+            for i in pending:
+                results = []
+                for call in completions[i][-1]["tool_calls"]:
+                    calls += 1
+                    function = call.get("function", {})
+                    tool = self._sync_tool_dicts[i].get(function.get("name"))
+                    try:
+                        result = tool(**function.get("arguments", {})) if tool else \
+                            {"error": f"Tool {function.get('name')} not found."}
+                    except Exception as error:
+                        result = {"error": str(error)}
+                    failures += isinstance(result, dict) and "error" in result
+                    results.append({"role": "tool", "name": function.get("name"), "content": str(result)})
+                completions[i] += results
+                active[i] += results
+                suffix = self._get_tool_suffix_ids(results)
+                context = prompt_ids[i] + completion_ids[i] + suffix
+                folded, lines = fold_context(active[i], questions[i]) if len(context) > limit - room else (None, [])
+                ids = self.processing_class.apply_chat_template(
+                    folded, tools=self._env_tools[self._batch_environments[i]], add_generation_prompt=True,
+                    tokenize=True, return_dict=False, **self.chat_template_kwargs) if lines else context
+                if len(ids) < len(context):  # fold: this segment ends here, a new one starts
+                    self._segments[i].append((prompt_ids[i], completion_ids[i], tool_mask[i],
+                                              logprobs[i] if logprobs is not None else None))
+                    if envs[i] is not None and hasattr(envs[i], "folds"):
+                        envs[i].folds.append({"after_tool_calls": sum(len(m.get("tool_calls") or []) for m in
+                                                                      completions[i]), "tokens_before": len(context),
+                                              "tokens_after": len(ids), "dropped": lines})
+                    active[i], prompt_ids[i], completion_ids[i], tool_mask[i] = folded, ids, [], []
+                    if logprobs is not None:
+                        logprobs[i] = []
+                    context, suffix = ids, []
+                if len(context) >= limit:  # not even folding leaves room for another turn: the episode ends here
+                    continue
+                tool_mask[i] += [0] * len(suffix)
+                if logprobs is not None:
+                    logprobs[i] += [0.0] * len(suffix)
+                completion_ids[i] = completion_ids[i] + suffix
+                contexts.append(context)
+                going.append(i)
+            if not going:
+                break
+            new_ids, new_logprobs = self._generate_single_turn(contexts, None, {}, num_generations=1)
+            pending = []
+            for n, i in enumerate(going):
+                ids = new_ids[n][:max(0, min(limit - len(contexts[n]),
+                                            self.max_completion_length - len(completion_ids[i])))]
+                completion_ids[i] = completion_ids[i] + ids
+                tool_mask[i] += [1] * len(ids)
+                if logprobs is not None:
+                    logprobs[i] += new_logprobs[n][:len(ids)]
+                self._note_context(envs[i], len(contexts[n]) + len(ids))
+                if ids:
+                    message = parse_response(self._tokenizer, ids, prefix=contexts[n],
+                                             tools=self._env_tools[self._batch_environments[i]])
+                    completions[i].append(message)
+                    active[i].append(message)
+                    if message.get("tool_calls"):
+                        pending.append(i)
+            rounds += 1
+        return tool_mask, completions, completion_ids, logprobs, calls, failures, [[] for _ in range(count)]
+
+    @staticmethod
+    def _note_context(env, tokens: int):
+        if env is not None and hasattr(env, "peak_context"):
+            env.peak_context = max(env.peak_context, tokens)
+
+    def _generate_and_score_completions(self, inputs):
+        output = GRPOTrainer._generate_and_score_completions(self, inputs)  # advantages per rollout; turns below
+        if "old_per_token_logps" in output or "ref_per_token_logps" in output or "sampling_per_token_logps" in output:
+            raise RecipeError("--max_context_tokens trains folded segments without per-token reference or old "
+                              "log-probs: use --beta 0, --num_iterations 1, no --use_vllm, and gradient_accumulation"
+                              "_steps a multiple of steps_per_generation")
+        rows = [(p, c, m, n) for n, segments in enumerate(self._segments) for p, c, m, _ in segments]
+        self._metrics["train"]["context/folds_per_rollout"].append(len(rows) / max(1, len(self._segments)))
+        chunks = self.args.steps_per_generation  # TRL splits the batch into this many equal parts
+        rows += [([self._tokenizer.pad_token_id], [self._tokenizer.pad_token_id], [0], None)] * \
+            (-(len(rows) + len(output["prompt_ids"])) % chunks)  # empty rows (nothing trained) to split evenly
+        if rows:
+            self._add_segment_rows(output, rows)
+        if self.turn_credit:  # each row's turns are the episode's turns from the row's first one on
+            table, owners, first, seen = self._turn_table(), [], [], Counter()
+            for n, segments in enumerate(self._segments):  # a rollout's own row holds its last segment
+                owners.append(n)
+                first.append(sum(turns_in(m) for _, _, m, _ in segments))
+            for *_, n in rows:  # then its earlier segments, in order
+                owners.append(n)
+                first.append(sum(turns_in(m) for _, _, m, _ in self._segments[n][:seen[n]]) if n is not None else 0)
+                seen[n] += 1
+            shifted = torch.zeros(len(owners), table.shape[1], device=table.device)
+            for r, (n, start) in enumerate(zip(owners, first)):
+                if n is not None and start < table.shape[1]:
+                    shifted[r, :table.shape[1] - start] = table[n, start:]
+            mask = output["completion_mask"] * output["tool_mask"]
+            output["advantages"] = per_token_advantages(output["advantages"], shifted, mask, self.turn_credit_weight)
+        return output
+
+    def _add_segment_rows(self, output, rows):
+        """Append the earlier segments (prompt ids, completion ids, tool mask, rollout) as rows of their own."""
+        device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
+        width_p = max(output["prompt_ids"].shape[1], max(len(p) for p, *_ in rows))
+        width_c = max(output["completion_ids"].shape[1], max(len(c) for _, c, *_ in rows))
+
+        def block(values, width, left, fill):
+            return torch.tensor([[fill] * (width - len(v)) + list(v) if left else list(v) + [fill] * (width - len(v))
+                                 for v in values], device=device, dtype=torch.long)
+
+        def widen(tensor, width, left, fill):
+            extra = torch.full((tensor.shape[0], width - tensor.shape[1]), fill, device=device, dtype=tensor.dtype)
+            return torch.cat([extra, tensor] if left else [tensor, extra], dim=1)
+
+        output["prompt_ids"] = torch.cat([widen(output["prompt_ids"], width_p, True, pad_id),
+                                          block([p for p, *_ in rows], width_p, True, pad_id)])
+        output["prompt_mask"] = torch.cat([widen(output["prompt_mask"], width_p, True, 0),
+                                           block([[1] * len(p) for p, *_ in rows], width_p, True, 0)])
+        output["completion_ids"] = torch.cat([widen(output["completion_ids"], width_c, False, pad_id),
+                                              block([c for _, c, *_ in rows], width_c, False, pad_id)])
+        output["completion_mask"] = torch.cat([widen(output["completion_mask"], width_c, False, 0),
+                                               block([[1] * len(c) for _, c, *_ in rows], width_c, False, 0)])
+        output["tool_mask"] = torch.cat([widen(output["tool_mask"], width_c, False, 1),
+                                         block([m for _, _, m, _ in rows], width_c, False, 0)])
+        advantages = [output["advantages"][n] if n is not None else 0.0 * output["advantages"][0] for *_, n in rows]
+        output["advantages"] = torch.cat([output["advantages"], torch.stack(advantages)])
+        loss_mask = output["completion_mask"] * output["tool_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+
+
+def turns_in(mask: list) -> int:
+    """Assistant turns in a segment: runs of 1s in its tool mask."""
+    return sum(1 for j, bit in enumerate(mask) if bit and (j == 0 or not mask[j - 1]))
+
+
+# %% [markdown]
 # ## Question layouts and the corpus
 # Rows of HotpotQA (the Hub's layout or the original json) or your own layout become questions with their
 # accepted answers and supporting document ids; the corpus comes from --corpus_name or the questions' contexts.
@@ -711,7 +985,8 @@ def supporting_ids(value) -> list[str]:
 
 
 def to_questions(rows, script_args, name: str) -> list[dict]:
-    """Rows -> {question, answer (a list of accepted answers), supporting_docs (ids; [] when unknown)}."""
+    """Rows -> {question, answer (a list of accepted answers), supporting_docs (ids; [] when unknown)}, those of
+    more than --max_hops hops left out."""
     columns = rows.column_names
     for flag, column in (("question_column", script_args.question_column), ("answer_column", script_args.answer_column)):
         if column not in columns:
@@ -721,8 +996,13 @@ def to_questions(rows, script_args, name: str) -> list[dict]:
         raise RecipeError(f"dataset '{name}' has no column '{supporting}' (it has {columns}): pass "
                           "--supporting_column NAME, or leave it out (no search credit)")
     supporting = supporting or next((c for c in ("supporting_docs", "supporting_facts") if c in columns), None)
+    if script_args.max_hops and "hops" not in columns:
+        raise RecipeError(f"--max_hops needs a 'hops' column in '{name}' (it has {columns}): add one, or leave "
+                          "--max_hops out")
     questions = []
     for row in rows:
+        if script_args.max_hops and row["hops"] > script_args.max_hops:
+            continue
         answer = row[script_args.answer_column]
         answers = [str(a) for a in (answer if isinstance(answer, (list, tuple)) else [answer]) if a is not None]
         questions.append({"question": str(row[script_args.question_column]).strip(), "answer": answers,
@@ -1130,11 +1410,12 @@ def decoding(trainer, sample: bool, copies: int):
 
 @contextlib.contextmanager
 def episodes(trainer, inputs: list[dict]):
-    """(prompts, environments) for one evaluation call: a fresh ToolEnvironment per rollout, reset with its row, and
+    """(prompts, environments) for one evaluation call: a fresh environment per rollout, reset with its row, and
     the tools TRL's loop calls, set up as GRPOTrainer._generate_and_score_completions does in training."""
     names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
     saved = {name: getattr(trainer, name, None) for name in names}
-    envs, prompts = [ToolEnvironment() for _ in inputs], []
+    make_environment = next(iter(trainer.environment_factories.values()))  # ToolEnvironment, or what it was given
+    envs, prompts = [make_environment() for _ in inputs], []
     for env, row in zip(envs, inputs):
         observation = env.reset(**row)  # text it returns ends the prompt, as in training
         prompt = list(row["prompt"])

@@ -59,6 +59,17 @@ The search demo (assets/toy_search/, assets/tiny-qwen-search/):
    conversations it then answers with the scholar's own town (the answer a snippet offers without the
    second hop), otherwise it searches the mentor and answers with the mentor's town. Greedy, the
    model mostly stops after one search; GRPO, paid for the right town, learns to chain the two.
+
+The long-horizon search demo (assets/toy_search_long/, assets/tiny-qwen-search-long/, run with
+`python grpo_search.py --config assets/long_search.yaml`):
+1. Toy data: 60 lines of teaching of made-up scholars, a founder and one pupil at each depth 2..8;
+   "Where was the founder of the school of Scholar 318 born?" asks for the founder's town. Each
+   document is two pages (the mentor and the town on page 2), so each scholar takes a search and an
+   open: a depth-8 question takes 16 tool calls. 12 lines held out (84 questions).
+2. Model: the search demo's model and tokenizer, trained further on the teacher's conversations cut
+   into the segments grpo_search.py's folding makes at the demo's window (1024 tokens).
+3. Warm start: a sloppy teacher once more: in 60% of its conversations it answers after the first
+   scholar with that scholar's own town; otherwise it follows the mentors up to the founder.
 """
 
 import argparse
@@ -201,9 +212,11 @@ def probe_loss(model, tokenizer, examples: list) -> float:
     return model(**padded_batch(tokenizer, examples, list(range(min(PROBE_BATCH, len(examples)))))).loss.item()
 
 
-def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int) -> dict:
+def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int,
+                     only: str | None = None) -> dict:
     """AdamW on (input_ids, labels) pairs, random batches, right padding. Returns the run's fingerprint (what
-    warm_start.json records): the first FINGERPRINT_STEPS losses and the finished model's loss on the probe batch."""
+    warm_start.json records): the first FINGERPRINT_STEPS losses and the finished model's loss on the probe batch
+    (with --probe_assets, also that of the built models with this tokenizer; `only`: the one named so)."""
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
@@ -224,7 +237,8 @@ def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: i
     if PROBE_ASSETS is not None:  # the same probe on models built before, e.g. the shipped ones
         fingerprint["probed"] = {}
         for folder in sorted(Path(PROBE_ASSETS).glob("tiny-qwen-*")):
-            if AutoTokenizer.from_pretrained(folder).get_vocab() == tokenizer.get_vocab():
+            if AutoTokenizer.from_pretrained(folder).get_vocab() == tokenizer.get_vocab() and \
+                    (only is None or folder.name == only):
                 other = Qwen2ForCausalLM.from_pretrained(folder)
                 fingerprint["probed"][folder.name] = probe_loss(other, tokenizer, examples)
         if not fingerprint["probed"]:
@@ -355,7 +369,8 @@ def warm_started_tool_model(model_dir: Path, conversations: list, tools: list, w
     print(f"{model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}, "
           f"{len(tokenizer(texts[0])['input_ids'])} tokens in a conversation")
     examples = [assistant_labels(tokenizer, text) for text in texts]
-    fingerprint = supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed)
+    fingerprint = supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed,
+                                   only=model_dir.name)
     save_model(model, tokenizer, model_dir, fingerprint)
 
 
@@ -523,6 +538,168 @@ def build_search(out: Path, seed: int, warm_steps: int, hidden: int, layers: int
     print(f"wrote {data_dir} and {out / 'tiny-qwen-search'}")
 
 
+# ---- the long-horizon search demo (grpo_search.py --config assets/long_search.yaml) -------------
+FIELDS = ["law", "botany", "music", "optics", "geology", "poetry", "anatomy", "algebra", "weaving", "history"]
+FILLER = "and wrote letters to friends in every town of the old country about the long winters".split()
+EXACT = {1: "a", 2: "so", 3: "too", 4: "well", 5: "truly", 6: "gladly", 7: "happily"}
+
+
+def filler(n: int) -> str:
+    """Words of exactly n characters (n >= 1): the start of FILLER, then one word of the length still missing."""
+    words = []
+    while len(" ".join(words + FILLER[len(words):len(words) + 1])) + 2 <= n and len(words) < len(FILLER):
+        words.append(FILLER[len(words)])
+    rest = n - len(" ".join(words)) - (1 if words else 0)
+    while rest > 7 or (rest < 1 and words):  # no word of that length: give a word back, or split the gap
+        rest += len(words.pop()) + (1 if words else 0) if rest < 1 else 0
+        if rest > 7:
+            words.append(EXACT[4])
+            rest -= 5 if len(words) > 1 else 4
+    text = " ".join(words + ([EXACT[rest]] if rest >= 1 else []))
+    assert len(text) == n, (n, text)
+    return text
+
+
+LONG_QUESTION = "Where was the founder of the school of {name} born?"
+LONG_DEPTHS = range(2, 9)  # a question about a scholar at depth k needs k lookups: k searches and k opens
+
+
+def make_lineage_world(rng: random.Random, n_chains: int) -> list[dict]:
+    """Schools of made-up scholars: `n_chains` lines of teaching, each a founder (depth 1) and one pupil at each
+    depth 2..8 whose mentor is the one above. The founders' towns go round the towns in turn, so that no town is the
+    answer to more questions than another (a model cannot score by always naming one). One document each, two pages
+    long at the demo's page size: the first a biography that names no one else, the second the mentor (or the
+    founding) and the home town, so reading about a scholar takes a search and an open of page 2."""
+    names = [f"Scholar {n}" for n in rng.sample(range(100, 1000), n_chains * (1 + len(LONG_DEPTHS)))]
+    people = []
+    for chain in range(n_chains):
+        members = names[chain * (1 + len(LONG_DEPTHS)):(chain + 1) * (1 + len(LONG_DEPTHS))]
+        for depth, name in enumerate(members, start=1):
+            people.append({"name": name, "depth": depth, "mentor": members[depth - 2] if depth > 1 else None,
+                           "town": TOWNS[chain % len(TOWNS)] if depth == 1 else rng.choice(TOWNS),
+                           "doc_id": name, "field": rng.choice(FIELDS), "founder": members[0], "chain": chain})
+    return people
+
+
+def lineage_document(person: dict) -> dict:
+    """Page 1: who the scholar was (no other name, no town); page 2: the mentor or the founding, and the town."""
+    name = person["name"]
+    biography = f"{name} studied {person['field']} for many years and wrote a long book about {person['field']}."
+    biography = f"{biography} {name} taught it to pupils in {'many' if len(biography) < 90 else 'a few'} towns,"
+    biography += " " + filler(158 - 2 - len(biography)) + "."  # 158 characters: page 1 ends with it
+    assert len(biography) == 158, biography
+    link = f"{name} had no mentor and founded the school." if person["mentor"] is None else \
+        f"The mentor of {name} was {person['mentor']}."
+    return {"id": person["doc_id"], "title": name, "text": f"{biography} {link} {name} was born in {person['town']}."}
+
+
+def long_search_conversation(person: dict, people: dict, env, system_prompt: str, rng: random.Random,
+                             teacher_error: float) -> list:
+    """A warm-start conversation: search the scholar, open page 2, then the mentor, and so on up to the founder.
+    The sloppy teacher, in `teacher_error` of its conversations, answers after the first lookup with that
+    scholar's own town."""
+    def call(name, **arguments):
+        message = {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+        result = getattr(env, name)(**arguments)
+        return [message, {"role": "tool", "name": name, "content": result}]
+
+    messages = [{"role": "system", "content": system_prompt},
+                {"role": "user", "content": LONG_QUESTION.format(name=person["name"])}]
+    env.reset(supporting_docs=[])
+    current = person
+    while True:
+        messages += call("search", query=current["name"])
+        messages += call("open", doc_id=current["doc_id"], page=2)
+        if current["mentor"] is None or (current is person and rng.random() < teacher_error):
+            return messages + [{"role": "assistant", "content": f"<answer>{current['town']}</answer>"}]
+        current = people[current["mentor"]]
+
+
+def folded_segments(conversation: list, count_tokens, window: int, grpo_search) -> list[list]:
+    """The conversation as the model sees it under --max_context_tokens `window`: one message list per segment,
+    folded with grpo_search's own fold_context where grpo_search's FoldingGRPOTrainer would fold."""
+    question, room = conversation[1]["content"], int(grpo_search.TURN_ROOM * window)
+    segments, active = [], list(conversation[:2])
+    for n, message in enumerate(conversation[2:], start=2):
+        if message["role"] == "assistant" and active[-1]["role"] == "tool" and \
+                count_tokens(active) > window - room:
+            segments.append(active)
+            active, _ = grpo_search.fold_context(active, question)
+        active.append(message)
+    return segments + [active]
+
+
+def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_error: float):
+    sys.path.insert(0, str(HERE.parent))
+    import tempfile
+
+    import grpo_search
+    import yaml
+
+    settings = yaml.safe_load((HERE / "long_search.yaml").read_text())
+    rng = random.Random(seed)
+    people = make_lineage_world(rng, n_chains=60)
+    by_name = {p["name"]: p for p in people}
+    corpus = [lineage_document(p) for p in people]
+    askable = [p for p in people if p["depth"] >= 2]
+    test = [p for p in askable if p["chain"] < 12]  # whole chains held out: 12 questions at each depth
+    train = [p for p in askable if p["chain"] >= 12]
+    data_dir = out / "toy_search_long"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in [("train", train), ("test", test)]:
+        with open(data_dir / f"{split}.jsonl", "w") as f:
+            for p in rows:
+                chain, current = [], p
+                while current is not None:
+                    chain.append(current["doc_id"])
+                    current = by_name.get(current["mentor"])
+                f.write(json.dumps({"question": LONG_QUESTION.format(name=p["name"]), "answer": by_name[p["founder"]]["town"],
+                                    "supporting_docs": chain, "hops": p["depth"]}) + "\n")
+    with open(data_dir / "corpus.jsonl", "w") as f:
+        for doc in corpus:
+            f.write(json.dumps(doc) + "\n")
+
+    env = grpo_search.ToolEnvironment()
+    env.index = grpo_search.SearchIndex(corpus, Path(tempfile.mkdtemp()))
+    env.top_k, env.snippet_chars = settings["search_top_k"], settings["snippet_chars"]
+    env.page_chars, env.budget = settings["page_chars"], settings["search_budget"]
+    for p in people:  # the scholar's own document comes first when searched by name: the teacher opens it
+        assert env.index.search(p["name"], env.top_k)[0] == p["doc_id"], p
+        assert len(env.index.pages(p["doc_id"], env.page_chars)) == 2, p
+    env.reset()
+    tools = grpo_search.tools_of(env)
+    conversations = [long_search_conversation(p, by_name, env, grpo_search.SYSTEM_PROMPT, rng, teacher_error)
+                     for p in train * 3]
+
+    # The search demo's shipped model (and tokenizer) is the starting point: it already copies a scholar's number
+    # from a question or a result into its next call, which a model trained from scratch on these long
+    # conversations learns only after many more steps.
+    model_dir, start = out / "tiny-qwen-search-long", HERE / "tiny-qwen-search"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+
+    def count_tokens(messages):
+        return len(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False))
+
+    window = settings["max_context_tokens"]
+    segments = [segment for c in conversations for segment in folded_segments(c, count_tokens, window, grpo_search)]
+    examples = [assistant_labels(tokenizer, tokenizer.apply_chat_template(segment, tools=tools, tokenize=False))
+                for segment in segments]
+    longest = max(len(ids) for ids, _ in examples)
+    print(f"{model_dir.name}: {len(conversations)} conversations, {len(segments)} segments, longest {longest} tokens "
+          f"(window {window}); prompt {count_tokens(conversations[0][:2])} tokens")
+    assert longest <= window, "a warm-start segment is longer than the demo's window"
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM.from_pretrained(start)
+    print(f"{model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}")
+    fingerprint = supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed,
+                                   only=model_dir.name)
+    save_model(model, tokenizer, model_dir, fingerprint)
+    print(f"wrote {data_dir} and {model_dir}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write the assets into")
@@ -532,7 +709,7 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
-    parser.add_argument("--demo", choices=["math", "tools", "code", "search", "all"], default="all")
+    parser.add_argument("--demo", choices=["math", "tools", "code", "search", "search_long", "all"], default="all")
     parser.add_argument("--code_warm_steps", type=int, default=800)
     parser.add_argument("--code_teacher_error", type=float, default=0.6,
                         help="share of the coding teacher's first attempts with a constant one too high")
@@ -546,6 +723,11 @@ if __name__ == "__main__":
     parser.add_argument("--search_warm_steps", type=int, default=700)
     parser.add_argument("--search_teacher_error", type=float, default=0.6,
                         help="share of search conversations that answer after the first search, with the wrong town")
+    parser.add_argument("--search_long_warm_steps", type=int, default=400)
+    parser.add_argument("--search_long_lr", type=float, default=1e-3, help="the long demo continues from the "
+                        "search demo's model: a smaller step than training from scratch")
+    parser.add_argument("--search_long_teacher_error", type=float, default=0.6,
+                        help="share of long-horizon conversations that answer after the first lookup")
     parser.add_argument("--search_hidden", type=int, default=64)
     parser.add_argument("--search_layers", type=int, default=2)
     parser.add_argument("--fingerprint", action="store_true",
@@ -558,6 +740,7 @@ if __name__ == "__main__":
     PROBE_ASSETS = args.probe_assets
     if args.fingerprint:
         args.warm_steps = args.tools_warm_steps = args.code_warm_steps = args.search_warm_steps = FINGERPRINT_STEPS
+        args.search_long_warm_steps = FINGERPRINT_STEPS
     torch.set_num_threads(min(torch.get_num_threads(), 2))
     if args.demo in ("math", "all"):
         build_math(args.out, args.seed, args.warm_steps, args.hidden, args.layers, args.lr, args.max_operand,
@@ -571,3 +754,6 @@ if __name__ == "__main__":
     if args.demo in ("search", "all"):
         build_search(args.out, args.seed, args.search_warm_steps, args.search_hidden, args.search_layers, args.lr,
                      args.search_teacher_error)
+    if args.demo in ("search_long", "all"):
+        build_long_search(args.out, args.seed, args.search_long_warm_steps, args.search_long_lr,
+                          args.search_long_teacher_error)

@@ -2,11 +2,14 @@
 
     python benchmarks/bench_turn_credit.py              # ~12 min on 2 CPU cores (3 seeds x 2 arms)
     python benchmarks/bench_turn_credit.py --seeds 42   # one seed, ~4 min
+    python benchmarks/bench_turn_credit.py --long       # the long-horizon demo (chains of 2-8, folding)
 
 Both arms run grpo_search.py's offline demo (its tiny model, toy two-hop questions and corpus, its
 DEMO_SETTINGS) with the same seed, in this process, taking turns; the only difference is
 --turn_credit. Every --eval_every steps each arm is scored, greedy, on --eval_examples held-out
-questions by grpo_search.py's own mid-run evaluation. The demo passes its target within about 10
+questions by grpo_search.py's own mid-run evaluation. With --long, both arms run the long-horizon demo
+instead (`--config assets/long_search.yaml`: chains of 2 to 8 scholars, 16 tool calls for the deepest,
+a context that folds), checked every 5 of its 30 steps on its 84 held-out questions. The demo passes its target within about 10
 of its 80 steps, so the default checks every 2 steps and stops at 30. Targets: held-out exact match
 >= the score before training + each of --gains (0.20 is the gain the demo's test requires; the
 larger ones ask for most of what the run can reach). Reported per seed and target: the first
@@ -28,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "turn_credit.json"
+LONG_CONFIG = ROOT / "assets" / "long_search.yaml"
 os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "TOKENIZERS_PARALLELISM": "false"})
 sys.path.insert(0, str(ROOT))
@@ -53,7 +57,8 @@ def run_arm(turn_credit: bool, seed: int, args) -> dict:
     try:
         with tempfile.TemporaryDirectory() as out:
             clock = time.perf_counter()
-            results = grpo_search.main(["--output_dir", out, "--seed", seed, "--max_steps", args.max_steps,
+            results = grpo_search.main([*(["--config", LONG_CONFIG] if args.long else []),
+                                        "--output_dir", out, "--seed", seed, "--max_steps", args.max_steps,
                                         "--mid_eval_steps", args.eval_every,
                                         "--num_mid_eval_examples", args.eval_examples, "--num_eval_examples",
                                         args.eval_examples, "--save_steps", 10_000, "--print_samples_every", 0,
@@ -75,13 +80,19 @@ def run_arm(turn_credit: bool, seed: int, args) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default="42,1,2", help="comma-separated training seeds; both arms run each")
-    parser.add_argument("--max_steps", type=int, default=30)
-    parser.add_argument("--eval_every", type=int, default=2)
-    parser.add_argument("--eval_examples", type=int, default=100)
+    parser.add_argument("--long", action="store_true", help="the long-horizon demo instead of the two-hop one")
+    parser.add_argument("--max_steps", type=int, default=None, help="default: 30")
+    parser.add_argument("--eval_every", type=int, default=None, help="default: 2 (--long: 5)")
+    parser.add_argument("--eval_examples", type=int, default=None, help="default: 100 (--long: 84, all of them)")
     parser.add_argument("--gains", type=lambda text: [float(g) for g in text.split(",")], default=[0.2, 0.4, 0.5],
                         help="comma-separated gains over the starting exact match, one target each")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help="default: results/turn_credit.json (--long: "
+                        "results/turn_credit_long.json)")
     args = parser.parse_args()
+    args.max_steps = args.max_steps or 30
+    args.eval_every = args.eval_every or (5 if args.long else 2)
+    args.eval_examples = args.eval_examples or (84 if args.long else 100)
+    args.out = args.out or RESULTS.with_name("turn_credit_long.json" if args.long else "turn_credit.json")
     runs = []
     for seed in map(int, args.seeds.split(",")):
         for turn_credit in (False, True):

@@ -100,3 +100,21 @@ def test_turn_credit_benchmark_runs_both_arms_with_one_seed(tmp_path):
     assert report["grpo"]["targets"]["-1.00"]["reached"] == report["turn_credit"]["targets"]["-1.00"]["reached"] == "1 of 1"
     assert report["grpo"]["targets"]["+2.00"]["reached"] == "0 of 1"
     assert "turn_credit" in stdout
+
+
+def test_long_search_benchmark_trains_then_compares_the_folding_modes(tmp_path):
+    report, stdout = run_benchmark("bench_search_long", ["--max_steps", "1", "--eval_examples", "14"], tmp_path)
+    assert report["demo"]["steps"] == 1 and set(report["demo"]["before"]) == {str(k) for k in range(2, 9)}
+    for mode in ("off", "rule", "model"):
+        assert set(report["modes"][mode]) == {"2", "4", "6", "8"}  # two held-out questions at each depth
+        assert all(row["questions"] == 2 for row in report["modes"][mode].values())
+    for mode in ("rule", "model"):  # folding keeps what the model sees inside the window
+        assert all(row["peak_tokens_max"] <= report["window"] for row in report["modes"][mode].values())
+    assert "| 8 | rule-based |" in stdout
+
+
+def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):
+    report, _ = run_benchmark("bench_turn_credit", ["--long", "--seeds", "42", "--max_steps", "1", "--eval_every",
+                                                    "1", "--eval_examples", "7", "--gains=-1"], tmp_path)
+    assert report["settings"]["long"] is True and [run["turn_credit"] for run in report["runs"]] == [False, True]
+    assert all([e["step"] for e in run["evaluations"]] == [0, 1] for run in report["runs"])

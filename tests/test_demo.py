@@ -32,6 +32,7 @@ def test_shipped_assets_are_a_real_model_and_dataset():
     ("tools", "toy_tools", "tiny-qwen-tools", ["train.jsonl", "test.jsonl"]),
     ("code", "toy_code", "tiny-qwen-code", ["train.jsonl", "test.jsonl"]),
     ("search", "toy_search", "tiny-qwen-search", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
+    ("search_long", "toy_search_long", "tiny-qwen-search-long", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
 ])
 def test_assets_rebuild_from_the_seed(tmp_path, demo, data, model, files):
     """A quick rebuild (`--fingerprint`: data, tokenizer, the first warm-start steps) matches what the full build

@@ -25,6 +25,7 @@ NEEDED_BY = {
     "# ## Task layouts": {"grpo_code.py"},  # HumanEval / MBPP / own rows -> tasks, reference solutions checked
     "# ## The search index": {"grpo_search.py"},  # BM25 over the corpus, cached on disk
     "# ## Question layouts and the corpus": {"grpo_search.py"},  # HotpotQA / own rows -> questions, documents
+    "# ## Folding rollouts": {"grpo_search.py"},  # --max_context_tokens: the tool loop that folds, segment rows
 }
 TARGETS = {"RUBRIC": 450, "DEFAULT_MODEL": 150}  # the line each must be on or before: what a forker edits, first
 
