@@ -313,7 +313,7 @@ def test_supporting_ids_and_answers_in_any_shape():
     assert gs.supporting_ids({"title": ["A", "B", "A"], "sent_id": [0, 1, 2]}) == ["A", "B"]
     assert gs.supporting_ids(None) == []
     rows = __import__("datasets").Dataset.from_list([{"question": "q", "answer": None}, {"question": "q", "answer": "x"}])
-    args = SimpleNamespace(question_column="question", answer_column="answer", supporting_column=None)
+    args = SimpleNamespace(question_column="question", answer_column="answer", supporting_column=None, max_hops=0)
     assert [q["answer"] for q in gs.to_questions(rows, args, "data")] == [[], ["x"]]  # null: no gold, not "None"
     assert gs.exact_match_reward([[answer("None")]], answer=[[]]) == [None]
 
