@@ -3,6 +3,7 @@
     python assets/make_demo_assets.py                 # rewrites every asset folder below
     python assets/make_demo_assets.py --demo tools    # only toy_tools/ and tiny-qwen-tools/
     python assets/make_demo_assets.py --out /tmp/demo --seed 1
+    python assets/make_demo_assets.py --demo search_long --device cuda   # the long demo: 2.5 min on a GPU, not an hour
     python assets/make_demo_assets.py --fingerprint --probe_assets assets --out /tmp/check   # a quick check
 
 The scripts fall back to these when there is no CUDA GPU and no model was chosen, so that a
@@ -67,7 +68,10 @@ The long-horizon search demo (assets/toy_search_long/, assets/tiny-qwen-search-l
    document is two pages (the mentor and the town on page 2), so each scholar takes a search and an
    open: a depth-8 question takes 16 tool calls. 12 lines held out (84 questions).
 2. Model: the search demo's model and tokenizer, trained further on the teacher's conversations cut
-   into the segments grpo_search.py's folding makes at the demo's window (1024 tokens).
+   into the segments grpo_search.py's folding makes at the demo's window (1024 tokens). It takes
+   3000 steps to copy a mentor's number from a page into the next call reliably (at 400 the model
+   miscopied, and GRPO had no right chains to reinforce): about an hour on 2 CPU cores, 2.5 minutes
+   with `--device cuda` (the shipped model was built that way; its fingerprint matches a CPU rebuild).
 3. Warm start: a sloppy teacher once more: in 60% of its conversations it answers after the first
    scholar with that scholar's own town; otherwise it follows the mentors up to the founder.
 """
@@ -89,6 +93,7 @@ HERE = Path(__file__).resolve().parent
 FINGERPRINT_STEPS = 5  # warm-start losses recorded in warm_start.json: a rebuild of this many steps must match them
 PROBE_BATCH = 32       # the first warm-start examples, on which warm_start.json records the finished model's loss
 PROBE_ASSETS = None    # --probe_assets: a folder of built assets whose models' loss on the probe batch is recorded too
+DEVICE = "cpu"         # --device: where the warm start runs (a GPU builds the long demo's model in minutes, not hours)
 
 # The exact system prompt grpo_math.py uses; the tokenizer learns it as a handful of tokens.
 SYSTEM_PROMPT = """Respond in the following format:
@@ -208,8 +213,9 @@ def padded_batch(tokenizer, examples: list, idx: list) -> dict:
 @torch.no_grad()
 def probe_loss(model, tokenizer, examples: list) -> float:
     """The model's loss on the first PROBE_BATCH examples: a fingerprint of its weights."""
-    model.eval()
-    return model(**padded_batch(tokenizer, examples, list(range(min(PROBE_BATCH, len(examples)))))).loss.item()
+    model.eval().to(DEVICE)
+    batch = padded_batch(tokenizer, examples, list(range(min(PROBE_BATCH, len(examples)))))
+    return model(**{k: v.to(DEVICE) for k, v in batch.items()}).loss.item()
 
 
 def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int,
@@ -218,22 +224,23 @@ def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: i
     warm_start.json records): the first FINGERPRINT_STEPS losses and the finished model's loss on the probe batch
     (with --probe_assets, also that of the built models with this tokenizer; `only`: the one named so)."""
     torch.manual_seed(seed)
+    model.to(DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     model.train()
     losses = []
     for step in range(steps):
         idx = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
-        loss = model(**padded_batch(tokenizer, examples, idx)).loss
+        loss = model(**{k: v.to(DEVICE) for k, v in padded_batch(tokenizer, examples, idx).items()}).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
             print(f"  warm start step {step:4d}  loss {loss.item():.3f}")
-    model.eval()
     fingerprint = {"warm_start_steps": steps, "first_losses": losses[:FINGERPRINT_STEPS],
                    "probe_loss": probe_loss(model, tokenizer, examples)}
+    model.to("cpu")
     if PROBE_ASSETS is not None:  # the same probe on models built before, e.g. the shipped ones
         fingerprint["probed"] = {}
         for folder in sorted(Path(PROBE_ASSETS).glob("tiny-qwen-*")):
@@ -630,7 +637,8 @@ def folded_segments(conversation: list, count_tokens, window: int, grpo_search) 
     return segments + [active]
 
 
-def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_error: float):
+def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_error: float, hidden: int = 0,
+                      layers: int = 0):
     sys.path.insert(0, str(HERE.parent))
     import tempfile
 
@@ -691,8 +699,11 @@ def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_
     print(f"{model_dir.name}: {len(conversations)} conversations, {len(segments)} segments, longest {longest} tokens "
           f"(window {window}); prompt {count_tokens(conversations[0][:2])} tokens")
     assert longest <= window, "a warm-start segment is longer than the demo's window"
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM.from_pretrained(start)
+    if hidden:  # a new model of this size, with the search demo's tokenizer
+        model = tiny_qwen2(tokenizer, hidden, layers, max_positions=window, seed=seed)
+    else:
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM.from_pretrained(start)
     print(f"{model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, vocab {len(tokenizer)}")
     fingerprint = supervised_steps(model, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed,
                                    only=model_dir.name)
@@ -723,9 +734,13 @@ if __name__ == "__main__":
     parser.add_argument("--search_warm_steps", type=int, default=700)
     parser.add_argument("--search_teacher_error", type=float, default=0.6,
                         help="share of search conversations that answer after the first search, with the wrong town")
-    parser.add_argument("--search_long_warm_steps", type=int, default=400)
+    parser.add_argument("--search_long_warm_steps", type=int, default=3000)
     parser.add_argument("--search_long_lr", type=float, default=1e-3, help="the long demo continues from the "
                         "search demo's model: a smaller step than training from scratch")
+    parser.add_argument("--search_long_hidden", type=int, default=0,
+                        help="0: continue from the search demo's model; else a new model this wide")
+    parser.add_argument("--search_long_layers", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="where the warm starts run, e.g. cuda")
     parser.add_argument("--search_long_teacher_error", type=float, default=0.6,
                         help="share of long-horizon conversations that answer after the first lookup")
     parser.add_argument("--search_hidden", type=int, default=64)
@@ -737,7 +752,9 @@ if __name__ == "__main__":
                         help="also record in warm_start.json the probe loss of the models in this folder (e.g. "
                              "assets/)")
     args = parser.parse_args()
-    PROBE_ASSETS = args.probe_assets
+    PROBE_ASSETS, DEVICE = args.probe_assets, args.device
+    if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit(f"--device {DEVICE}: this machine has no CUDA GPU; leave --device out to build on the CPU")
     if args.fingerprint:
         args.warm_steps = args.tools_warm_steps = args.code_warm_steps = args.search_warm_steps = FINGERPRINT_STEPS
         args.search_long_warm_steps = FINGERPRINT_STEPS
@@ -756,4 +773,4 @@ if __name__ == "__main__":
                      args.search_teacher_error)
     if args.demo in ("search_long", "all"):
         build_long_search(args.out, args.seed, args.search_long_warm_steps, args.search_long_lr,
-                          args.search_long_teacher_error)
+                          args.search_long_teacher_error, args.search_long_hidden, args.search_long_layers)
