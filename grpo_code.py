@@ -1754,10 +1754,12 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
 
 # %% [markdown]
 # ## Plots
-# The total reward, each reward and the completion length against step, saved as `training_curves.png`.
+# The total reward, each reward, the completion length and the groups with no signal against step, saved as
+# `training_curves.png`.
 # %%
 def plot_curves(log_history: list[dict], path: Path):
-    """Total reward, each reward component, and completion length against step, in one PNG."""
+    """Total reward, each reward component, completion length and the share of groups with no signal (all the same
+    reward: zero advantage) against step, in one PNG."""
     from matplotlib.figure import Figure  # no pyplot: no display needed, a notebook's backend untouched
 
     logs = [entry for entry in log_history if "reward" in entry and "step" in entry]
@@ -1782,6 +1784,13 @@ def plot_curves(log_history: list[dict], path: Path):
     axes[1].legend(fontsize=8)
     axes[2].plot(steps, [entry.get("completions/mean_length", math.nan) for entry in logs], color="tab:purple")
     axes[2].set_title("mean completion length (tokens)")
+    no_signal = [(entry["step"], entry["frac_reward_zero_std"]) for entry in logs if "frac_reward_zero_std" in entry]
+    if no_signal:  # groups whose completions all scored the same: their advantages are zero, they teach nothing
+        signal_axis = axes[2].twinx()
+        signal_axis.plot(*zip(*no_signal), color="tab:orange", linestyle="--", label="groups with no signal")
+        signal_axis.set_ylim(0, 1)
+        signal_axis.set_ylabel("share of groups with no signal", color="tab:orange")
+        axes[2].set_title("completion length (purple), groups with no signal (orange)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -41,6 +41,24 @@ def test_short_run_writes_metrics_eval_and_plot(tmp_path):
     assert "accuracy" in result.stdout and "format_rate" in result.stdout  # the before/after table
 
 
+def test_the_plot_shows_the_share_of_groups_with_no_signal(tmp_path, monkeypatch):
+    """training_curves.png draws TRL's frac_reward_zero_std per step on its own 0-1 axis (the function is the same
+    in every script: tests/test_shared_blocks.py)."""
+    from matplotlib.figure import Figure
+
+    drawn = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kwargs: drawn.update(figure=fig))
+    log = [{"step": s, "reward": 0.1 * s, "rewards/correctness_reward/mean": 0.1 * s, "completions/mean_length": 50,
+            "frac_reward_zero_std": share} for s, share in [(1, 0.75), (2, 0.5), (3, 0.25)]]
+    assert gm.plot_curves(log, tmp_path / "curves.png") == tmp_path / "curves.png"
+    lines = {line.get_label(): line for ax in drawn["figure"].axes for line in ax.get_lines()}
+    no_signal = lines["groups with no signal"]
+    assert list(no_signal.get_xdata()) == [1, 2, 3] and list(no_signal.get_ydata()) == [0.75, 0.5, 0.25]
+    assert tuple(no_signal.axes.get_ylim()) == (0, 1)
+    gm.plot_curves([{k: v for k, v in entry.items() if k != "frac_reward_zero_std"} for entry in log], tmp_path / "b")
+    assert "groups with no signal" not in {line.get_label() for ax in drawn["figure"].axes for line in ax.get_lines()}
+
+
 def test_main_from_python_ignores_sys_argv(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "/kernel.json"])  # what a notebook has
     results = gm.main([*FAST_RUN, "--max_steps", "2", "--output_dir", str(tmp_path / "nb"),
