@@ -121,11 +121,11 @@ class ScriptArguments:
     mid_eval_steps: int = arg(0, "Every this many steps, held-out exact match, logged and plotted (0 = off).")
     num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
     train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
+    replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
 
 
 # %% [markdown]
-# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included; change one here, or
-# pass it as a flag.
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults (tool-call rounds too); change one, or pass a flag.
 # %%
 @dataclass
 class RecipeConfig(GRPOConfig):
@@ -1069,7 +1069,7 @@ def parse_args(argv=None):
             message += (" Fix: make per_device_train_batch_size x gradient_accumulation_steps x number of GPUs "
                         "a multiple of num_generations, e.g. --per_device_train_batch_size 8 --num_generations 8")
         raise RecipeError(message) from None
-    if demo:
+    if demo and not script_args.replay:  # a replay loads no model
         print("No CUDA GPU and no --model_name_or_path: running the offline demo (tiny model and toy data "
               f"from {ASSETS}). Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
         if not Path(model_args.model_name_or_path).exists():
@@ -1625,6 +1625,175 @@ def plot_curves(log_history: list[dict], path: Path):
 
 
 # %% [markdown]
+# ## Replay: what would the edited rubric have done?
+# `--replay RUN_DIR` scores a finished run's recorded completions (its eval_*.jsonl and train_samples.jsonl) again
+# with RUBRIC as it is now, with no model loaded and nothing generated, and reports what the edit changes: each
+# reward's mean before and after; in groups of samples (an evaluation run with --eval_num_samples N), how many
+# completions' advantage changed sign, the rank agreement of old and new totals (Kendall's tau-b), and how many
+# groups' best completion changed; and the completions whose total moved most. A reward whose inputs the recording
+# lacks (a tool run's environment, a dataset column other than `answer`) is named and not replayed: its recorded
+# score is kept in the new total, and a new reward that cannot be replayed is left out of it. Writes replay.json and
+# replay.jsonl into RUN_DIR, beside the run's own files.
+# %%
+REPLAYED_FILES = ("eval_before.jsonl", "eval_midrun.jsonl", "eval_after.jsonl", "eval_only.jsonl",
+                  "train_samples.jsonl")
+
+
+def kendall_tau(old: list, new: list) -> float | None:
+    """Kendall's tau-b of two score lists (ties allowed); None when either has no two different scores."""
+    def sign(x):
+        return (x > 0) - (x < 0)
+
+    pairs = [(sign(old[i] - old[j]), sign(new[i] - new[j])) for i in range(len(old)) for j in range(i + 1, len(old))]
+    untied_old, untied_new = sum(a != 0 for a, _ in pairs), sum(b != 0 for _, b in pairs)
+    if not untied_old or not untied_new:
+        return None
+    return sum(a * b for a, b in pairs) / math.sqrt(untied_old * untied_new)
+
+
+def rescore(completions: list, columns: dict, skipped: dict) -> list[dict]:
+    """Each RUBRIC reward's scores by name for these completions (None: not replayable, its reason in `skipped`)."""
+    by_name = {}
+    for func, _ in RUBRIC:
+        try:
+            by_name[func.__name__] = func(completions=completions, **columns)
+        except Exception as error:  # e.g. a missing `environments` or dataset column: named, never scored 0
+            skipped.setdefault(func.__name__, f"{type(error).__name__}: {error}".splitlines()[0][:160])
+            by_name[func.__name__] = [None] * len(completions)
+    return [{name: values[i] for name, values in by_name.items()} for i in range(len(completions))]
+
+
+def replay(run_dir: Path, shown: int = 5) -> dict:
+    """Score RUN_DIR's recorded completions again with the current RUBRIC; write replay.json and replay.jsonl there
+    and print the report. Returns the report."""
+    files = [run_dir / name for name in REPLAYED_FILES if (run_dir / name).is_file()]
+    if not files:
+        raise RecipeError(f"--replay {run_dir}: no {', '.join(REPLAYED_FILES)} there: pass the --output_dir of a "
+                          "finished run")
+    weights = {func.__name__: weight for func, weight in RUBRIC}
+    skipped, records, groups = {}, [], []
+    for path in files:
+        for line in path.open(encoding="utf-8"):
+            row = json.loads(line)
+            texts = [c["text"] for c in row["completions"]]
+            new = rescore(texts, {"prompts": [row["prompt"]] * len(texts), "answer": [row["answer"]] * len(texts)},
+                          skipped)
+            first = len(records)
+            for completion, rewards in zip(row["completions"], new):
+                kept = {name: completion["rewards"][name] for name in rewards
+                        if name in skipped and completion["rewards"].get(name) is not None}
+                after = {**rewards, **kept}
+                total = sum(weights[name] * value for name, value in after.items() if value is not None)
+                records.append({"file": path.name, "step": row["step"], "greedy": completion["greedy"],
+                                "text": completion["text"], "before": completion["rewards"],
+                                "total_before": completion["total"], "after": after, "total_after": total})
+            sampled = [i for i in range(first, len(records)) if not records[i]["greedy"]]
+            if len(sampled) > 1 and path.name != "train_samples.jsonl":  # one prompt's samples: a GRPO group
+                groups.append(sampled)
+    report = {"run_dir": str(run_dir), "files": [path.name for path in files], "completions": len(records),
+              "not_replayed": skipped, "rewards": {}, "groups": {"count": len(groups)}}
+    for name in sorted({n for r in records for n in r["before"]} | set(weights)):
+        before = [r["before"][name] for r in records if r["before"].get(name) is not None]
+        after = [r["after"][name] for r in records if name not in skipped and r["after"].get(name) is not None]
+        report["rewards"][name] = {"before": sum(before) / len(before) if before else None,
+                                   "after": sum(after) / len(after) if after else None,
+                                   "in_rubric": name in weights, "replayed": name in weights and name not in skipped}
+    report["rewards"]["total"] = {"before": sum(r["total_before"] for r in records) / len(records),
+                                  "after": sum(r["total_after"] for r in records) / len(records)}
+    if groups:
+        flipped, taus, best_changed = 0, [], 0
+        for group in groups:
+            old, new = [records[i]["total_before"] for i in group], [records[i]["total_after"] for i in group]
+            old_mean, new_mean = sum(old) / len(old), sum(new) / len(new)
+            flipped += sum((o > old_mean) - (o < old_mean) != (n > new_mean) - (n < new_mean) for o, n in zip(old, new))
+            tau = kendall_tau(old, new)
+            taus += [] if tau is None else [tau]
+            best_changed += old.index(max(old)) != new.index(max(new))
+        report["groups"].update({"completions": sum(map(len, groups)), "advantage_sign_changed": flipped,
+                                 "kendall_tau_mean": sum(taus) / len(taus) if taus else None,
+                                 "groups_with_tau": len(taus), "best_completion_changed": best_changed})
+    moved = sorted(records, key=lambda r: -abs(r["total_after"] - r["total_before"]))[:shown]
+    report["moved_most"] = [{"file": r["file"], "step": r["step"], "total_before": r["total_before"],
+                             "total_after": r["total_after"], "text": format_trajectory(r["text"])[:300]}
+                            for r in moved if r["total_after"] != r["total_before"]]
+    report["hack_battery"] = hack_battery()
+    with open(run_dir / "replay.jsonl", "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, default=str) + "\n")
+    (run_dir / "replay.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(replay_summary(report))
+    print(f"wrote {run_dir / 'replay.json'} and {run_dir / 'replay.jsonl'}")
+    return report
+
+
+def hack_battery() -> dict:
+    """rewards.py's reward-hacking cases (`python rewards.py --audit`; when rewards.py is beside this script) scored
+    with RUBRIC as it is now: the hacks whose total reaches that of the worst-paid honest answer."""
+    here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    if not (here / "rewards.py").is_file():
+        return {"skipped": f"no rewards.py beside this script in {here}: copy it there to run the hack battery"}
+    spec = importlib.util.spec_from_file_location("reward_catalogue", here / "rewards.py")
+    catalogue = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(catalogue)
+    cases, skipped = catalogue.audit_cases(), {}
+    completions = [completion for _, completion in cases]
+    columns = {"answer": [catalogue.AUDIT_GOLD] * len(cases),
+               "prompts": [[{"role": "user", "content": catalogue.AUDIT_QUESTION}]] * len(cases)}
+    scored = rescore(completions, columns, skipped)
+    honest = [i for i, (name, _) in enumerate(cases) if name.startswith("honest")]
+    try:
+        outcome = globals()[OUTCOME_REWARD](completions=[completions[i] for i in honest], **{
+            name: [values[i] for i in honest] for name, values in columns.items()})
+    except Exception:  # it needs what a GSM8K answer does not have (hidden tests, say)
+        outcome = [None]
+    if not all(outcome):  # e.g. a code or search task: the battery's answers are not its answers
+        return {"skipped": f"the battery's honest answers (a GSM8K number) do not pass {OUTCOME_REWARD}: it does not "
+                           "fit this script's task"}
+    weights = {func.__name__: weight for func, weight in RUBRIC}
+    totals = [sum(weights[name] * value for name, value in rewards.items() if value is not None) for rewards in scored]
+    bar = min(totals[i] for i in honest)
+    return {"honest_total_min": bar, "not_scored": skipped, "cases": len(cases),
+            "paying_hacks": [{"case": name, "total": totals[i]} for i, (name, _) in enumerate(cases)
+                             if i not in honest and totals[i] >= bar]}
+
+
+def replay_summary(report: dict) -> str:
+    """The report as a few lines of text."""
+    def number(value):
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [f"replay of {report['completions']} completions from {', '.join(report['files'])}",
+             f"{'reward':<32}{'before':>9}{'after':>9}"]
+    for name, means in report["rewards"].items():
+        note = "" if name == "total" else " (not in RUBRIC now)" if not means["in_rubric"] else \
+            "" if means["replayed"] else " (not replayed: recorded scores kept)"
+        lines.append(f"{name:<32}{number(means['before']):>9}{number(means['after']):>9}{note}")
+    for name, reason in report["not_replayed"].items():
+        lines.append(f"not replayed: {name}: {reason}")
+    g = report["groups"]
+    if g["count"]:
+        lines.append(f"{g['count']} groups of samples: advantage changed sign for {g['advantage_sign_changed']} of "
+                     f"{g['completions']} completions; Kendall's tau old vs new {number(g['kendall_tau_mean'])} (mean "
+                     f"over the {g['groups_with_tau']} groups whose totals differ); best completion changed in "
+                     f"{g['best_completion_changed']} groups")
+    else:
+        lines.append("no groups of samples recorded: run with --eval_only --eval_num_samples 8 for group statistics")
+    for r in report["moved_most"]:
+        where = r["file"] + ("" if r["step"] is None else f", step {r['step']}")
+        lines.append(f"  {r['total_before']:+.3f} -> {r['total_after']:+.3f}  ({where}): "
+                     + r["text"][:120].replace("\n", " "))
+    battery = report["hack_battery"]
+    if "skipped" in battery:
+        lines.append(f"hack battery skipped: {battery['skipped']}")
+    else:
+        paying = ", ".join(f"{h['case']} ({h['total']:.2f})" for h in battery["paying_hacks"]) or "none"
+        lines.append(f"hack battery ({battery['cases']} cases of rewards.py --audit): hacks paid at least as much as "
+                     f"the worst-paid honest answer ({battery['honest_total_min']:.2f}): {paying}"
+                     + (f"; not scored: {', '.join(battery['not_scored'])}" if battery["not_scored"] else ""))
+    return "\n".join(lines)
+
+
+# %% [markdown]
 # ## Command line
 # `main` trains, evaluates before and after, and writes `eval.json` and the plot; the cells at the end call it.
 # %%
@@ -1633,6 +1802,8 @@ def main(argv=None):
     None reads sys.argv."""
     started = time.time()
     script_args, training_args, model_args = parse_args(argv)
+    if script_args.replay:  # no model, no data: the recorded completions, scored with RUBRIC as it is now
+        return replay(Path(script_args.replay))
     check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)

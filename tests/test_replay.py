@@ -1,0 +1,176 @@
+"""--replay RUN_DIR: a finished run's recorded completions scored again with an edited RUBRIC, no model loaded. Run the
+way a user does it: train a short demo run, fork the script, edit its rubric, replay the run with the fork; the
+numbers are checked against a hand computation from the run's own files."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import FAST_RUN, REPO, offline_env, run_script
+
+import grpo_math as gm
+
+BREVITY = '''
+
+def brevity_penalty(completions, **kwargs) -> list[float]:
+    """Minus one point per 100 characters."""
+    return [-len(completion_text(c)) / 100 for c in completions]
+
+
+def needs_hidden_tests(completions, tests, **kwargs) -> list[float]:
+    return [1.0 for _ in completions]
+
+
+RUBRIC = RUBRIC + [(brevity_penalty, 0.5), (needs_hidden_tests, 1.0)]
+'''
+
+
+@pytest.fixture(scope="module")
+def math_run(tmp_path_factory):
+    """A two-step demo run whose evaluations sample 4 answers a question: groups, as GRPO sees them."""
+    out = tmp_path_factory.mktemp("replay") / "run"
+    result = run_script([*FAST_RUN, "--max_steps", "2", "--num_eval_examples", "6", "--eval_num_samples", "4",
+                         "--output_dir", out])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def fingerprints(run_dir):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir() if p.is_file()
+            and not p.name.startswith("replay")}
+
+
+def replay_with(script, run_dir):
+    return subprocess.run([sys.executable, str(script), "--replay", str(run_dir)], capture_output=True, text=True,
+                          timeout=300, env=offline_env(), cwd=REPO)
+
+
+def recorded(run_dir):
+    """(file, completion) for every recorded completion, in the order replay reads them."""
+    rows = []
+    for name in gm.REPLAYED_FILES:
+        if (run_dir / name).is_file():
+            for line in (run_dir / name).read_text().splitlines():
+                rows.append((name, json.loads(line)))
+    return rows
+
+
+def tau_by_hand(old, new):
+    """Kendall's tau-b, counted pair by pair."""
+    concordant = discordant = ties_old = ties_new = 0
+    for i in range(len(old)):
+        for j in range(i + 1, len(old)):
+            a, b = old[i] - old[j], new[i] - new[j]
+            ties_old += a == 0
+            ties_new += b == 0
+            concordant += a * b > 0
+            discordant += a * b < 0
+    pairs = len(old) * (len(old) - 1) // 2
+    return (concordant - discordant) / ((pairs - ties_old) * (pairs - ties_new)) ** 0.5
+
+
+def test_the_unchanged_rubric_replays_every_score_as_recorded(math_run):
+    before = fingerprints(math_run)
+    result = run_script(["--replay", math_run])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert fingerprints(math_run) == before  # the run's own files are untouched
+    report = json.loads((math_run / "replay.json").read_text())
+    records = [json.loads(line) for line in (math_run / "replay.jsonl").read_text().splitlines()]
+    rows = recorded(math_run)
+    assert len(records) == report["completions"] == sum(len(row["completions"]) for _, row in rows)
+    for record in records:
+        assert record["after"] == record["before"] and record["total_after"] == pytest.approx(record["total_before"])
+    assert report["not_replayed"] == {} and report["moved_most"] == []
+    groups = report["groups"]
+    assert groups["count"] == 6  # 6 questions x 4 samples, before training (the evaluation after it is greedy)
+    assert groups["advantage_sign_changed"] == groups["best_completion_changed"] == 0
+    assert groups["kendall_tau_mean"] in (None, pytest.approx(1.0))
+    assert "correctness_reward" in result.stdout and "replay.json" in result.stdout
+    battery = report["hack_battery"]  # rewards.py is beside the script: its audit's hacks, under this rubric
+    assert battery["cases"] > 30 and battery["paying_hacks"] == [] and battery["honest_total_min"] > 0
+
+
+def test_an_edited_rubric_is_checked_against_a_hand_computation(math_run, tmp_path):
+    fork, original = tmp_path / "my_grpo_math.py", (REPO / "grpo_math.py").read_text()
+    fork.write_text(original.replace("\n# %% [markdown]\n# ## Training\n", BREVITY + "\n# %% [markdown]\n# ## Training\n", 1))
+    assert fork.read_text() != original
+    result = replay_with(fork, math_run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((math_run / "replay.json").read_text())
+    records = [json.loads(line) for line in (math_run / "replay.jsonl").read_text().splitlines()]
+    # by hand: every old reward is unchanged, so the new total is the old one plus half the brevity penalty
+    expected, groups = [], []
+    for name, row in recorded(math_run):
+        start = len(expected)
+        for completion in row["completions"]:
+            text = completion["text"]
+            expected.append((completion["total"], completion["total"] - 0.5 * len(text) / 100, completion["greedy"]))
+        sampled = [i for i in range(start, len(expected)) if not expected[i][2]]
+        if name != "train_samples.jsonl" and len(sampled) > 1:
+            groups.append(sampled)
+    assert [r["total_after"] for r in records] == pytest.approx([new for _, new, _ in expected])
+    assert all(r["after"]["brevity_penalty"] == pytest.approx(-len(r["text"]) / 100) for r in records)
+    # the reward that needs a column the recording lacks: named, left out, never scored 0
+    assert list(report["not_replayed"]) == ["needs_hidden_tests"] and "tests" in report["not_replayed"][
+        "needs_hidden_tests"]
+    assert all(r["after"]["needs_hidden_tests"] is None for r in records)
+    assert "not replayed: needs_hidden_tests" in result.stdout
+    flips, taus, best = 0, [], 0
+    for group in groups:
+        old, new = [expected[i][0] for i in group], [expected[i][1] for i in group]
+        mean_old, mean_new = sum(old) / len(old), sum(new) / len(new)
+        flips += sum((o > mean_old) != (n > mean_new) or (o < mean_old) != (n < mean_new) for o, n in zip(old, new))
+        if len(set(old)) > 1 and len(set(new)) > 1:
+            taus.append(tau_by_hand(old, new))
+        best += old.index(max(old)) != new.index(max(new))
+    g = report["groups"]
+    assert (g["count"], g["advantage_sign_changed"], g["best_completion_changed"]) == (len(groups), flips, best)
+    assert g["kendall_tau_mean"] == (pytest.approx(sum(taus) / len(taus)) if taus else None)
+    moved = sorted(abs(new - old) for old, new, _ in expected)[::-1][:len(report["moved_most"])]
+    assert [abs(m["total_after"] - m["total_before"]) for m in report["moved_most"]] == pytest.approx(moved)
+    assert report["rewards"]["brevity_penalty"]["before"] is None  # new: nothing recorded
+    assert "rewards.py" in report["hack_battery"]["skipped"]  # a fork on its own: no battery beside it
+
+
+def test_the_hack_battery_reports_a_hack_the_edited_rubric_pays_for(math_run, tmp_path):
+    """A rubric that pays for format and a number anywhere, not for the right one: the battery's 'gold in reasoning,
+    wrong answer' now earns what an honest answer earns."""
+    fork = tmp_path / "my_grpo_math.py"
+    fork.write_text((REPO / "grpo_math.py").read_text().replace(
+        "\n# %% [markdown]\n# ## Training\n",
+        "\nRUBRIC = [(lenient_format_reward, 1.0), (numeric_answer_reward, 1.0)]\n\n# %% [markdown]\n# ## Training\n", 1))
+    (tmp_path / "rewards.py").write_text((REPO / "rewards.py").read_text())
+    result = replay_with(fork, math_run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    battery = json.loads((math_run / "replay.json").read_text())["hack_battery"]
+    paying = {hack["case"]: hack["total"] for hack in battery["paying_hacks"]}
+    assert paying["gold in reasoning, wrong answer"] == pytest.approx(2.0) == battery["honest_total_min"]
+    assert "empty output" not in paying
+    assert "gold in reasoning, wrong answer" in result.stdout
+
+
+def test_replay_of_a_folder_without_a_run_is_a_one_line_error(tmp_path):
+    result = run_script(["--replay", tmp_path])
+    assert result.returncode != 0
+    assert "pass the --output_dir of a finished run" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_tool_run_replays_what_it_can_and_keeps_the_environments_scores(tmp_path):
+    """grpo_tools.py: the rewards that read the environment are named and keep their recorded scores."""
+    out = tmp_path / "run"
+    result = run_script(["--max_steps", "1", "--num_eval_examples", "4", "--eval_num_samples", "2",
+                         "--output_dir", out], script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_script(["--replay", out], script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "replay.json").read_text())
+    environment_rewards = {"tool_success_reward", "successful_call_credit", "tool_budget_penalty"}
+    assert set(report["not_replayed"]) == environment_rewards
+    assert report["rewards"]["correctness_reward"]["replayed"]
+    for line in (out / "replay.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["total_after"] == pytest.approx(record["total_before"])
+        assert {k: v for k, v in record["after"].items() if v is not None} == \
+            {k: v for k, v in record["before"].items() if v is not None}
