@@ -118,7 +118,7 @@ class ScriptArguments:
     mid_eval_steps: int = arg(0, "Every this many steps, greedy pass@1 on --num_mid_eval_examples held-out "
                                  "tasks, logged and plotted as eval/accuracy (0 = off).")
     num_mid_eval_examples: int = arg(64, "Held-out tasks scored at each mid-run evaluation (the first ones).")
-    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl at each logging step (0 = none).")
+    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl per logged step (0 = none, -1 = all).")
     replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
 
 
@@ -1267,9 +1267,9 @@ def check_environment(script_args, training_args, model_args):
     if quantized and importlib.util.find_spec("bitsandbytes") is None:
         raise RecipeError("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes` "
                           "(CUDA GPU), or drop the flag")
-    if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < 0:
-        raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps and --train_samples_per_log 0 or "
-                          "more (0 turns them off)")
+    if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < -1:
+        raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps 0 or more (0 turns it off), "
+                          "--train_samples_per_log 0 or more, or -1 for every rollout")
     evaluation = Path(training_args.output_dir, "eval.json")
     if script_args.eval_only and evaluation.exists() and "eval_only" not in json.loads(evaluation.read_text()):
         raise RecipeError(f"{training_args.output_dir} holds a training run's eval.json: pass another --output_dir "
@@ -1729,7 +1729,9 @@ class MidRunEval(TrainerCallback):
 
 def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
     """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
-    plain JSON lines, nothing printed, so it costs next to nothing."""
+    plain JSON lines, nothing printed, so it costs next to nothing. `per_log` -1: every rollout this process scored,
+    one line per prompt holding its whole group (what --replay needs to recompute GRPO's advantages); on disk,
+    about the completions' text plus 1 KB per rollout, each logged step."""
     saved = {"step": None}
 
     @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
@@ -1739,15 +1741,21 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
         step = state.global_step if state is not None else 0
         if per_log and step % every == 0 and step != saved["step"] and int(os.environ.get("RANK", "0")) == 0:
             saved["step"] = step
-            columns = {k: v[:per_log] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
+            count = len(completions) if per_log < 0 else per_log
+            columns = {k: v[:count] for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
+            rows = []
+            for i, scored in enumerate(score(completions[:count], **columns)):
+                completion = completions[i]  # one message's text; a tool run's whole list of messages
+                text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
+                entry = {"text": text, "greedy": False, "parsed_answer": extract_answer(completion_text(text)), **scored}
+                if per_log < 0 and rows and rows[-1]["prompt"] == kwargs["prompts"][i]:  # a group's rollouts are
+                    rows[-1]["completions"].append(entry)  # consecutive (TRL's RepeatSampler)
+                else:
+                    rows.append({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
+                                 "completions": [entry]})
             with open(path, "a", encoding="utf-8") as f:
-                for i, scored in enumerate(score(completions[:per_log], **columns)):
-                    completion = completions[i]  # one message's text; a tool run's whole list of messages
-                    text = completion_text(completion) if len(completion) <= 1 or isinstance(completion, str) else completion
-                    f.write(json.dumps({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
-                                        "completions": [{"text": text, "greedy": False, "parsed_answer":
-                                                         extract_answer(completion_text(text)), **scored}]},
-                                       default=str) + "\n")
+                for row in rows:
+                    f.write(json.dumps(row, default=str) + "\n")
         return scores
 
     return wrapper
@@ -1804,7 +1812,7 @@ def plot_curves(log_history: list[dict], path: Path):
 # ## Replay: what would the edited rubric have done?
 # `--replay RUN_DIR` scores a finished run's recorded completions (its eval_*.jsonl and train_samples.jsonl) again
 # with RUBRIC as it is now, with no model loaded and nothing generated, and reports what the edit changes: each
-# reward's mean before and after; in groups of samples (an evaluation run with --eval_num_samples N), how many
+# reward's mean before and after; in groups (--eval_num_samples N, or --train_samples_per_log -1), how many
 # completions' advantage changed sign, the rank agreement of old and new totals (Kendall's tau-b), and how many
 # groups' best completion changed; and the completions whose total moved most. A reward whose inputs the recording
 # lacks (a tool run's environment, a dataset column other than `answer`) is named and not replayed: its recorded
@@ -1864,7 +1872,7 @@ def replay(run_dir: Path, shown: int = 5) -> dict:
                                 "text": completion["text"], "before": completion["rewards"],
                                 "total_before": completion["total"], "after": after, "total_after": total})
             sampled = [i for i in range(first, len(records)) if not records[i]["greedy"]]
-            if len(sampled) > 1 and path.name != "train_samples.jsonl":  # one prompt's samples: a GRPO group
+            if len(sampled) > 1:  # one prompt's samples (or, with --train_samples_per_log -1, rollouts): a group
                 groups.append(sampled)
     report = {"run_dir": str(run_dir), "files": [path.name for path in files], "completions": len(records),
               "not_replayed": skipped, "rewards": {}, "groups": {"count": len(groups)}}

@@ -29,10 +29,11 @@ RUBRIC = RUBRIC + [(brevity_penalty, 0.5), (needs_hidden_tests, 1.0)]
 
 @pytest.fixture(scope="module")
 def math_run(tmp_path_factory):
-    """A two-step demo run whose evaluations sample 4 answers a question: groups, as GRPO sees them."""
+    """A two-step demo run that samples 4 answers a held-out question before training and saves every training
+    rollout in whole groups: groups, as GRPO sees them."""
     out = tmp_path_factory.mktemp("replay") / "run"
     result = run_script([*FAST_RUN, "--max_steps", "2", "--num_eval_examples", "6", "--eval_num_samples", "4",
-                         "--output_dir", out])
+                         "--train_samples_per_log", "-1", "--output_dir", out])
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -84,7 +85,12 @@ def test_the_unchanged_rubric_replays_every_score_as_recorded(math_run):
         assert record["after"] == record["before"] and record["total_after"] == pytest.approx(record["total_before"])
     assert report["not_replayed"] == {} and report["moved_most"] == []
     groups = report["groups"]
-    assert groups["count"] == 6  # 6 questions x 4 samples, before training (the evaluation after it is greedy)
+    # 6 held-out questions x 4 samples before training (the evaluation after it is greedy), and every training
+    # rollout: one line per prompt, its whole group of --num_generations 8
+    train_rows = [row for name, row in rows if name == "train_samples.jsonl"]
+    assert len(train_rows) >= 2 and all(len(row["completions"]) == 8 for row in train_rows)
+    assert len({(row["step"], json.dumps(row["prompt"])) for row in train_rows}) == len(train_rows)
+    assert groups["count"] == 6 + len(train_rows) and groups["completions"] == 6 * 4 + 8 * len(train_rows)
     assert groups["advantage_sign_changed"] == groups["best_completion_changed"] == 0
     assert groups["kendall_tau_mean"] in (None, pytest.approx(1.0))
     assert "correctness_reward" in result.stdout and "replay.json" in result.stdout
@@ -108,7 +114,7 @@ def test_an_edited_rubric_is_checked_against_a_hand_computation(math_run, tmp_pa
             text = completion["text"]
             expected.append((completion["total"], completion["total"] - 0.5 * len(text) / 100, completion["greedy"]))
         sampled = [i for i in range(start, len(expected)) if not expected[i][2]]
-        if name != "train_samples.jsonl" and len(sampled) > 1:
+        if len(sampled) > 1:
             groups.append(sampled)
     assert [r["total_after"] for r in records] == pytest.approx([new for _, new, _ in expected])
     assert all(r["after"]["brevity_penalty"] == pytest.approx(-len(r["text"]) / 100) for r in records)

@@ -195,7 +195,8 @@ def test_eval_only_never_overwrites_a_training_run(script, tmp_path):
     assert (run / "eval.json").read_text() == '{"before": {}, "after": {}}'
 
 
-@pytest.mark.parametrize("flag, value", [("--eval_num_samples", "0"), ("--mid_eval_steps", "-5")])
+@pytest.mark.parametrize("flag, value", [("--eval_num_samples", "0"), ("--mid_eval_steps", "-5"),
+                                         ("--train_samples_per_log", "-2")])
 def test_bad_instrument_flags_are_one_clear_error(flag, value, tmp_path):
     result = run_script([*FAST_RUN, flag, value, "--output_dir", tmp_path / "run"])
     assert result.returncode != 0 and "--eval_num_samples must be 1 or more" in result.stderr.splitlines()[-1]
