@@ -894,7 +894,8 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
     """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
     plain JSON lines, nothing printed, so it costs next to nothing. `per_log` -1: every rollout this process scored,
     one line per prompt holding its whole group (what --replay needs to recompute GRPO's advantages); on disk,
-    about the completions' text plus 1 KB per rollout, each logged step."""
+    about the completions' text plus 1 KB per rollout, each logged step, and the rubric runs twice on those steps
+    (the saved scores are computed here: slow rewards, such as hidden tests, cost twice)."""
     saved = {"step": None}
 
     @functools.wraps(reward_func)  # keeps the name, so the logged metric is unchanged
@@ -1018,10 +1019,14 @@ def replay(run_dir: Path, shown: int = 5) -> dict:
         raise RecipeError(f"--replay {run_dir}: no {', '.join(REPLAYED_FILES)} there: pass the --output_dir of a "
                           "finished run")
     weights = {func.__name__: weight for func, weight in RUBRIC}
-    skipped, records, groups = {}, [], []
+    skipped, records, groups, unreadable = {}, [], [], []
     for path in files:
-        for line in path.open(encoding="utf-8"):
-            row = json.loads(line)
+        for number, line in enumerate(path.open(encoding="utf-8"), start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # e.g. the last line of a run stopped while writing it
+                unreadable.append(f"{path.name}:{number}")
+                continue
             texts = [c["text"] for c in row["completions"]]
             new = rescore(texts, {"prompts": [row["prompt"]] * len(texts), "answer": [row["answer"]] * len(texts)},
                           skipped)
@@ -1037,8 +1042,11 @@ def replay(run_dir: Path, shown: int = 5) -> dict:
             sampled = [i for i in range(first, len(records)) if not records[i]["greedy"]]
             if len(sampled) > 1:  # one prompt's samples (or, with --train_samples_per_log -1, rollouts): a group
                 groups.append(sampled)
+    if not records:
+        raise RecipeError(f"--replay {run_dir}: no readable completions in {', '.join(p.name for p in files)}: pass "
+                          "the --output_dir of a finished run")
     report = {"run_dir": str(run_dir), "files": [path.name for path in files], "completions": len(records),
-              "not_replayed": skipped, "rewards": {}, "groups": {"count": len(groups)}}
+              "unreadable_lines": unreadable, "not_replayed": skipped, "rewards": {}, "groups": {"count": len(groups)}}
     for name in sorted({n for r in records for n in r["before"]} | set(weights)):
         before = [r["before"][name] for r in records if r["before"].get(name) is not None]
         after = [r["after"][name] for r in records if name not in skipped and r["after"].get(name) is not None]
@@ -1117,6 +1125,9 @@ def replay_summary(report: dict) -> str:
         lines.append(f"{name:<32}{number(means['before']):>9}{number(means['after']):>9}{note}")
     for name, reason in report["not_replayed"].items():
         lines.append(f"not replayed: {name}: {reason}")
+    if report["unreadable_lines"]:
+        lines.append(f"skipped {len(report['unreadable_lines'])} unreadable line(s), e.g. a run stopped while writing: "
+                     + ", ".join(report["unreadable_lines"][:5]))
     g = report["groups"]
     if g["count"]:
         lines.append(f"{g['count']} groups of samples: advantage changed sign for {g['advantage_sign_changed']} of "

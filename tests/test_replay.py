@@ -161,6 +161,28 @@ def test_replay_of_a_folder_without_a_run_is_a_one_line_error(tmp_path):
     result = run_script(["--replay", tmp_path])
     assert result.returncode != 0
     assert "pass the --output_dir of a finished run" in result.stderr.strip().splitlines()[-1]
+    (tmp_path / "eval_before.jsonl").write_text('{"step": 0, "prompt": [{"role": "user", "con')  # cut short
+    result = run_script(["--replay", tmp_path])
+    assert result.returncode != 0
+    assert "no readable completions in eval_before.jsonl" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_line_cut_short_by_a_stopped_run_is_skipped_and_named(math_run, tmp_path):
+    """A run stopped while writing leaves half a line: replay scores the rest and says which line it skipped."""
+    run = tmp_path / "stopped"
+    run.mkdir()
+    for name in ("eval_before.jsonl", "train_samples.jsonl"):
+        (run / name).write_text((math_run / name).read_text())
+    with open(run / "train_samples.jsonl", "a") as f:
+        f.write('{"step": 2, "prompt": [{"role": "us')
+    result = run_script(["--replay", run])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((run / "replay.json").read_text())
+    cut = len((run / "train_samples.jsonl").read_text().splitlines())
+    assert report["unreadable_lines"] == [f"train_samples.jsonl:{cut}"]
+    assert report["completions"] == sum(len(json.loads(line)["completions"]) for name in ("eval_before.jsonl",
+                                        "train_samples.jsonl") for line in (math_run / name).read_text().splitlines())
+    assert f"train_samples.jsonl:{cut}" in result.stdout
 
 
 def test_a_tool_run_replays_what_it_can_and_keeps_the_environments_scores(tmp_path):
