@@ -107,11 +107,12 @@ class ScriptArguments:
     num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
     train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl per logged step (0 = none, -1 = all).")
     replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
+    skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
+                                   "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
 
 
 # %% [markdown]
-# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included; change one here, or
-# pass it as a flag.
+# Training settings: TRL's `GRPOConfig` with this recipe's defaults, tool-call rounds included (change one or pass it).
 # %%
 @dataclass
 class RecipeConfig(GRPOConfig):
@@ -142,8 +143,7 @@ class RecipeConfig(GRPOConfig):
 
 
 # %% [markdown]
-# The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/`, which need
-# no network.
+# The offline demo's settings, used when there is no CUDA GPU: a tiny model and toy data from `assets/` (no network).
 # %%
 # These replace the defaults above (flags and YAML still win).
 ASSETS = Path(__file__).resolve().parent / "assets" if "__file__" in globals() else Path("assets").resolve()
@@ -968,6 +968,8 @@ def check_environment(script_args, training_args, model_args):
     if script_args.eval_num_samples < 1 or script_args.mid_eval_steps < 0 or script_args.train_samples_per_log < -1:
         raise RecipeError("--eval_num_samples must be 1 or more, --mid_eval_steps 0 or more (0 turns it off), "
                           "--train_samples_per_log 0 or more, or -1 for every rollout")
+    if script_args.skip_zero_signal < 0:
+        raise RecipeError("--skip_zero_signal is the turns a prompt with no signal sits out: 0 (off) or more")
     evaluation = Path(training_args.output_dir, "eval.json")
     if script_args.eval_only and evaluation.exists() and "eval_only" not in json.loads(evaluation.read_text()):
         raise RecipeError(f"{training_args.output_dir} holds a training run's eval.json: pass another --output_dir "
@@ -1461,6 +1463,102 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
 
 
 # %% [markdown]
+# ## Groups that teach nothing
+# A group whose rollouts all score the same (all right, or all wrong) has zero advantage: it costs a full
+# generation and moves nothing. `--skip_zero_signal N` rests such a prompt: it sits out its next N turns and the
+# next prompts in the shuffled stream take its place, so every batch is still full of whole groups. Why this way and
+# not DAPO's over-generate-and-filter: TRL 1.16 generates one fixed-size batch per step, and the sampler is the one
+# place that decides which prompts go into it, identically on every process (same seed, same gathered rewards), so
+# GRPO's groups and distributed sampling stay TRL's own. The cost: it learns from a prompt's last visit, so it does
+# nothing in the first epoch; a rested prompt comes back after N turns, in case the model has since changed.
+# %%
+class ZeroSignalSampler(torch.utils.data.Sampler):
+    """TRL's RepeatSampler order (a chunk of prompts, each `mini_repeat_count` times, the chunk `repeat_count` times)
+    drawn from an endless shuffled stream that passes over resting prompts; each pass is as long as TRL's."""
+
+    def __init__(self, size: int, batch_size: int, mini_repeat_count: int, repeat_count: int, seed: int,
+                 shuffle: bool, rest: int):
+        self.size, self.batch_size, self.rest = size, batch_size, rest
+        self.mini_repeat_count, self.repeat_count, self.shuffle = mini_repeat_count, repeat_count, shuffle
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stream, self.resting, self.passed_over = [], {}, 0  # resting: prompt -> turns still to sit out
+
+    def next_prompt(self) -> int:
+        while True:  # ends: every turn passed over lowers a count, so no prompt rests for ever
+            if not self.stream:
+                order = torch.randperm(self.size, generator=self.generator) if self.shuffle else range(self.size)
+                self.stream = [int(i) for i in order][::-1]  # popped from the end
+            index = self.stream.pop()
+            if self.resting.get(index, 0) <= 0:
+                return index
+            self.resting[index] -= 1
+            self.passed_over += 1
+
+    def __iter__(self):
+        for _ in range(self.size // self.batch_size):
+            chunk, held = [], []  # drawn only when the loader needs it, so the latest rests count
+            while len(chunk) < self.batch_size:  # distinct prompts, as in TRL's: a new pass may repeat one
+                index = self.next_prompt()
+                (held if index in chunk else chunk).append(index)
+            self.stream.extend(reversed(held))  # first in line for the next chunk
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    yield from [index] * self.mini_repeat_count
+
+    def __len__(self) -> int:
+        return (self.size // self.batch_size) * self.batch_size * self.mini_repeat_count * self.repeat_count
+
+    def record(self, prompt_indices: list, advantages: list, group_size: int) -> int:
+        """After a step's scoring (all processes' rollouts, in order): rest the prompts whose group had no signal.
+        Returns how many groups had none."""
+        quiet = 0
+        for start in range(0, len(prompt_indices), group_size):
+            prompts = sorted(set(prompt_indices[start:start + group_size]))
+            if len(prompts) != 1:  # the processes' samplers disagree
+                raise RecipeError(f"one group holds rollouts of different prompts {prompts}: every process must "
+                                  "build its sampler with the same seed")
+            if all(abs(a) < 1e-6 for a in advantages[start:start + group_size]):
+                self.resting[prompt_indices[start]] = self.rest
+                quiet += 1
+        return quiet
+
+
+def skip_zero_signal(trainer, rest: int):
+    """Have `trainer` draw its prompts from a ZeroSignalSampler and feed it each training step's advantages.
+    The train dataset needs a `prompt_index` column (main() adds it): rows carry it to the scoring step."""
+    from accelerate.utils import gather_object
+
+    if "prompt_index" not in trainer.train_dataset.column_names:
+        raise RecipeError("skip_zero_signal needs the train dataset's `prompt_index` column (main() adds it)")
+    args, samplers = trainer.args, []
+
+    def sampler(dataset=None):  # what Trainer calls for each epoch's dataloader, in place of RepeatSampler
+        dataset = trainer.train_dataset if dataset is None else dataset
+        if not samplers:  # one sampler for the whole run: its stream and resting prompts outlive an epoch
+            samplers.append(ZeroSignalSampler(
+                len(dataset), args.generation_batch_size // trainer.num_generations, trainer.num_generations,
+                trainer.num_iterations * args.steps_per_generation, args.seed, trainer.shuffle_dataset, rest))
+        return samplers[0]
+
+    score = trainer._generate_and_score_completions
+
+    def scored(inputs):
+        output = score(inputs)
+        if samplers and trainer.model.training and inputs and "prompt_index" in inputs[0]:
+            indices = gather_object([row["prompt_index"] for row in inputs])  # every process's, in sampler order
+            advantages = list(trainer._logs["advantages"])[-len(indices):]  # per rollout, before any turn credit
+            quiet = samplers[0].record(indices, advantages, trainer.num_generations)
+            metrics = trainer._metrics["train"]
+            metrics["zero_signal/quiet_groups"].append(quiet)
+            metrics["zero_signal/resting_prompts"].append(sum(n > 0 for n in samplers[0].resting.values()))
+            metrics["zero_signal/passed_over"].append(samplers[0].passed_over)  # in all, since the start
+        return output
+
+    trainer._get_train_sampler, trainer._generate_and_score_completions = sampler, scored
+    return trainer
+
+
+# %% [markdown]
 # ## Plots
 # The total reward, each reward, the completion length and the groups with no signal against step, saved as
 # `training_curves.png`.
@@ -1714,7 +1812,11 @@ def main(argv=None):
                                     script_args.train_samples_per_log)
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
+    if script_args.skip_zero_signal:  # each row carries its index to the scoring step
+        train_dataset = train_dataset.add_column("prompt_index", list(range(len(train_dataset))))
     trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
+    if script_args.skip_zero_signal:
+        skip_zero_signal(trainer, script_args.skip_zero_signal)
 
     main_process = trainer.accelerator.is_main_process
     for name in ("eval_only.jsonl", "eval_before.jsonl", "eval_after.jsonl"):  # this run's, not an earlier one's
