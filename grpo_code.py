@@ -399,6 +399,14 @@ def build_trainer(script_args, training_args, model_args, tokenizer, train_datas
         raise template_error(error, model_args.model_name_or_path, tokenizer.chat_template) from None
 
 
+def replay_environment(script_args, row: dict):
+    """--replay: a fresh ToolEnvironment, reset with a recorded row, for the rollout's recorded run_python calls to
+    run in again (in the sandbox); the rewards that read `environments` are scored on it."""
+    environment = ToolEnvironment()
+    environment.reset(**row)
+    return environment
+
+
 def run_facts(script_args) -> dict:
     """What eval.json records about the run besides the model, the dataset and the scores."""
     return {"eval_dataset": script_args.eval_dataset_name}
@@ -439,7 +447,8 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     if trajectories is not None and trainer.accelerator.is_main_process:
         with open(trajectories, "a", encoding="utf-8") as f:
             for n, (prompt, reference, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
-                f.write(json.dumps({"step": step, "prompt": prompt, "answer": reference, "completions": [
+                f.write(json.dumps({"step": step, "prompt": prompt, "answer": reference, "columns": {
+                    key: columns[key][first] for key in ("tests", "entry_point", "setup")}, "completions": [
                     {"text": flat[i], "greedy": i == first, "parsed_answer": codes[i], **scores[i],
                      "tests": {key: results[i][key] for key in ("passed", "errors", "harness_error")}}
                     for i in range(first, first + 1 + samples)]}, default=str) + "\n")
@@ -1731,6 +1740,19 @@ class MidRunEval(TrainerCallback):
             Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
 
 
+def row_columns(columns: dict, i: int) -> dict:
+    """Row i's dataset columns that the rewards get besides the prompt and answer (hidden tests, supporting
+    documents...), those JSON can hold: what --replay needs to score the row again."""
+    kept = {}
+    for name, values in columns.items():
+        if name not in ("prompts", "answer", "completion_ids", "environments", "prompt_index"):
+            try:
+                kept[name] = json.loads(json.dumps(values[i]))
+            except (TypeError, ValueError):  # e.g. an object, not data
+                continue
+    return kept
+
+
 def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
     """Wrap a reward so that it also appends `per_log` rollouts of every `every`-th step to `path` (main process):
     plain JSON lines, nothing printed, so it costs next to nothing. `per_log` -1: every rollout this process scored,
@@ -1757,7 +1779,7 @@ def with_sample_saving(reward_func, path: Path, every: int, per_log: int):
                     rows[-1]["completions"].append(entry)  # consecutive (TRL's RepeatSampler)
                 else:
                     rows.append({"step": step, "prompt": kwargs["prompts"][i], "answer": kwargs["answer"][i],
-                                 "completions": [entry]})
+                                 "columns": row_columns(columns, i), "completions": [entry]})
             with open(path, "a", encoding="utf-8") as f:
                 for row in rows:
                     f.write(json.dumps(row, default=str) + "\n")
@@ -1915,10 +1937,11 @@ def plot_curves(log_history: list[dict], path: Path):
 # with RUBRIC as it is now, with no model loaded and nothing generated, and reports what the edit changes: each
 # reward's mean before and after; in groups (--eval_num_samples N, or --train_samples_per_log -1), how many
 # completions' advantage changed sign, the rank agreement of old and new totals (Kendall's tau-b), and how many
-# groups' best completion changed; and the completions whose total moved most. A reward whose inputs the recording
-# lacks (a tool run's environment, a dataset column other than `answer`) is named and not replayed: its recorded
-# score is kept in the new total, and a new reward that cannot be replayed is left out of it. Writes replay.json and
-# replay.jsonl into RUN_DIR, beside the run's own files.
+# groups' best completion changed; and the completions whose total moved most. Rewards that read the environment
+# get a fresh one per rollout (the script's `replay_environment`, set up from the replay's flags) with the rollout's
+# recorded tool calls run in it again. A reward whose inputs the recording lacks (a dataset column it did not keep,
+# a search corpus it cannot rebuild) is named and not replayed: its recorded score is kept in the new total, and a
+# new reward that cannot be replayed is left out of it. Writes replay.json and replay.jsonl into RUN_DIR.
 # %%
 REPLAYED_FILES = ("eval_before.jsonl", "eval_midrun.jsonl", "eval_after.jsonl", "eval_only.jsonl",
                   "train_samples.jsonl")
@@ -1948,9 +1971,31 @@ def rescore(completions: list, columns: dict, skipped: dict) -> list[dict]:
     return [{name: values[i] for name, values in by_name.items()} for i in range(len(completions))]
 
 
-def replay(run_dir: Path, shown: int = 5) -> dict:
+def replayed_environment(script_args, row: dict, trajectory):
+    """A fresh environment (the script's replay_environment) with a recorded rollout's tool calls run in it again,
+    in order, as TRL's loop ran them; None where the script has no tools."""
+    environment = replay_environment(script_args, row)
+    messages = trajectory if environment is not None and isinstance(trajectory, list) else []
+    for n, message in enumerate(messages):
+        answered = 0  # the calls TRL ran are those with a tool message after them (a capped loop runs none)
+        while n + 1 + answered < len(messages) and (messages[n + 1 + answered] or {}).get("role") == "tool":
+            answered += 1
+        calls = message.get("tool_calls") or [] if isinstance(message, dict) else []
+        for call in calls[:answered]:
+            function = call.get("function", call) if isinstance(call, dict) else {}
+            name, arguments = function.get("name"), function.get("arguments") or {}
+            try:
+                arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+                if isinstance(name, str) and not name.startswith("_") and name not in ("reset", "get_reward"):
+                    getattr(environment, name)(**arguments)
+            except Exception:  # a call that failed then fails now: TRL showed the model the error, no tool ran
+                continue
+    return environment
+
+
+def replay(run_dir: Path, script_args, shown: int = 5) -> dict:
     """Score RUN_DIR's recorded completions again with the current RUBRIC; write replay.json and replay.jsonl there
-    and print the report. Returns the report."""
+    and print the report. Returns the report. `script_args` are the replay's flags: replay_environment's settings."""
     files = [run_dir / name for name in REPLAYED_FILES if (run_dir / name).is_file()]
     if not files:
         raise RecipeError(f"--replay {run_dir}: no {', '.join(REPLAYED_FILES)} there: pass the --output_dir of a "
@@ -1964,9 +2009,13 @@ def replay(run_dir: Path, shown: int = 5) -> dict:
             except json.JSONDecodeError:  # e.g. the last line of a run stopped while writing it
                 unreadable.append(f"{path.name}:{number}")
                 continue
-            texts = [c["text"] for c in row["completions"]]
-            new = rescore(texts, {"prompts": [row["prompt"]] * len(texts), "answer": [row["answer"]] * len(texts)},
-                          skipped)
+            texts, recorded = [c["text"] for c in row["completions"]], row.get("columns", {})
+            columns = {"prompts": [row["prompt"]] * len(texts), "answer": [row["answer"]] * len(texts),
+                       **{name: [value] * len(texts) for name, value in recorded.items()}}
+            environments = [replayed_environment(script_args, recorded, text) for text in texts]
+            if all(env is not None for env in environments):
+                columns["environments"] = environments
+            new = rescore(texts, columns, skipped)
             first = len(records)
             for completion, rewards in zip(row["completions"], new):
                 kept = {name: completion["rewards"][name] for name in rewards
@@ -2098,7 +2147,7 @@ def main(argv=None):
     started = time.time()
     script_args, training_args, model_args = parse_args(argv)
     if script_args.replay:  # no model, no data: the recorded completions, scored with RUBRIC as it is now
-        return replay(Path(script_args.replay))
+        return replay(Path(script_args.replay), script_args)
     check_environment(script_args, training_args, model_args)
     resume = None if script_args.eval_only else resolve_checkpoint(training_args)
     tokenizer = load_tokenizer(model_args, training_args)

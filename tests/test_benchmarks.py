@@ -118,3 +118,20 @@ def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):
                                                     "1", "--eval_examples", "7", "--gains=-1"], tmp_path)
     assert report["settings"]["long"] is True and [run["turn_credit"] for run in report["runs"]] == [False, True]
     assert all([e["step"] for e in run["evaluations"]] == [0, 1] for run in report["runs"])
+
+
+def test_zero_signal_benchmark_runs_both_arms_on_a_small_training_set(tmp_path):
+    """Math only, one seed, 8 steps over 16 prompts (4 epochs): the 'on' arm passes prompts over, 'off' never."""
+    report, stdout = run_benchmark("bench_zero_signal", ["--demos", "math", "--seeds", "42", "--max_steps", "8",
+                                                         "--train_prompts", "16", "--eval_every", "4",
+                                                         "--eval_examples", "8", "--gains=-1,2"], tmp_path)
+    off, on = report["runs"]
+    assert (off["skip_zero_signal"], on["skip_zero_signal"]) == (0, 1)
+    assert off["passed_over"] == 0 and off["train_prompts"] == on["train_prompts"] == 16
+    for run in report["runs"]:
+        assert run["steps"] == 8 and [e["step"] for e in run["evaluations"]] == [0, 4, 8]
+        assert 0 <= run["signal_share"] <= 1
+        assert run["targets"]["-1.00"]["step"] == 0 and run["targets"]["+2.00"]["step"] is None
+    assert off["evaluations"][0]["accuracy"] == on["evaluations"][0]["accuracy"]  # same model, same questions
+    assert set(report["summary"]["math"]) == {"off", "on"}
+    assert "math   on" in stdout
