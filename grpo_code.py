@@ -475,14 +475,79 @@ _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 # waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
 # zygote never reads code itself, so nothing of one call can reach another through it.
 _SANDBOX_ZYGOTE = r"""
-import array, ctypes, json, os, resource, signal, socket, sys, traceback, types
+import array, ctypes, json, os, resource, signal, socket, stat, struct, sys, traceback, types
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
 control = socket.socket(fileno=cfg["control"])
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 1, 2, 4, 8, 32, 1024, 2048
 MS_BIND, MS_MOVE, MS_REC, MS_RELATIME, MNT_DETACH = 4096, 8192, 16384, 1 << 21, 2
 NEW_MOUNT, NEW_UTS, NEW_IPC, NEW_PID, NEW_NET = 0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, NOBODY = 4, 24, 38, 65534
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_KEEPCAPS, PR_CAP_AMBIENT, NOBODY = 4, 24, 38, 8, 47, 65534
 prctl = getattr(libc, "prctl", lambda *args: -1)
+
+# Landlock + seccomp, for where namespaces are refused (Docker's default seccomp profile, Ubuntu 24.04's AppArmor):
+# both need no privileges. Landlock (ABI 1+) lets this process open only the interpreter's read-only paths and its
+# own folder; from ABI 4 it refuses TCP bind/connect, from ABI 6 signals and abstract sockets leaving the process
+# tree. The seccomp filter refuses what Landlock does not cover: any new socket (socketpair and pipes still work),
+# tracing other processes, mounts and namespaces, leaving the process group (so every process of the call is killed
+# with it), and kernel-facing calls no program of this kind needs. Syscall numbers: (x86_64, aarch64).
+SYSCALLS = dict(socket=(41, 198), setsid=(112, 157), setpgid=(109, 154), ptrace=(101, 117),
+                process_vm_readv=(310, 270), process_vm_writev=(311, 271), mount=(165, 40), umount2=(166, 39),
+                pivot_root=(155, 41), chroot=(161, 51), unshare=(272, 97), setns=(308, 268), kexec_load=(246, 104),
+                kexec_file_load=(320, 294), bpf=(321, 280), perf_event_open=(298, 241), keyctl=(250, 219),
+                add_key=(248, 217), request_key=(249, 218), userfaultfd=(323, 282), io_uring_setup=(425, 425),
+                io_uring_enter=(426, 426), io_uring_register=(427, 427), init_module=(175, 105),
+                finit_module=(313, 273), delete_module=(176, 106), personality=(135, 92), open_tree=(428, 428),
+                move_mount=(429, 429), fsopen=(430, 430), fsconfig=(431, 431), fsmount=(432, 432),
+                fspick=(433, 433), mount_setattr=(442, 442), open_by_handle_at=(304, 265),
+                name_to_handle_at=(303, 264))
+CLONE, CLONE3, CLONE_NEW_ANY = (56, 220), (435, 435), 0x7E020080  # any CLONE_NEW* flag
+ARCH = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}.get(os.uname().machine)
+
+def landlock_abi():
+    return libc.syscall(444, None, 0, 1) if ARCH else -1  # landlock_create_ruleset(NULL, 0, VERSION)
+
+def landlock(work, read_only, read_write):
+    abi = landlock_abi()
+    ok(0 if abi >= 1 else -1, "Landlock")
+    fs = (1 << 13) - 1 | (abi >= 2 and 1 << 13) | (abi >= 3 and 1 << 14) | (abi >= 5 and 1 << 15)  # all it knows
+    attr = struct.pack("<QQQ", fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:8 if abi < 4 else 16 if abi < 6 else 24]
+    ruleset = libc.syscall(444, ctypes.create_string_buffer(attr, len(attr)), ctypes.c_size_t(len(attr)), 0)
+    ok(0 if ruleset >= 0 else -1, "landlock_create_ruleset")  # net and scope handled with no rule: refused
+    reading, file_rights = 1 | 4 | 8, 1 | 2 | 4 | (abi >= 3 and 1 << 14) | (abi >= 5 and 1 << 15)
+    for path, rights in [(p, reading) for p in read_only] + [(p, 2 | 4) for p in read_write] + [(work, fs)]:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            rights &= file_rights  # a file takes only file rights
+        rule = ctypes.create_string_buffer(struct.pack("<Qi", rights & fs, fd), 12)  # packed: u64, s32
+        ok(0 if libc.syscall(445, ruleset, 1, rule, 0) == 0 else -1, f"landlock_add_rule {path}")
+        os.close(fd)
+    ok(0 if libc.syscall(446, ruleset, 0) == 0 else -1, "landlock_restrict_self")
+    os.close(ruleset)
+
+def seccomp():
+    which, audit_arch = ARCH
+    LD, JEQ, JGE, JSET, RET, ALLOW, EPERM, ENOSYS, KILL = 0x20, 0x15, 0x35, 0x45, 0x06, 0x7FFF0000, 0x50001, 0x50026, 0x80000000
+    program = [(LD, 4), ("jump", JEQ, audit_arch, None, "kill"), (LD, 0)]  # the architecture, then the number
+    program += [("jump", JGE, 0x40000000, "kill", None)] if which == 0 else []  # x32 calls
+    program += [("jump", JEQ, numbers[which], "eperm", None) for numbers in SYSCALLS.values()]
+    program += [("jump", JEQ, CLONE[which], "clone", None), ("jump", JEQ, CLONE3[which], "enosys", None),
+                (RET, ALLOW), "clone", (LD, 16), ("jump", JSET, CLONE_NEW_ANY, "eperm", None), (RET, ALLOW),
+                "eperm", (RET, EPERM), "enosys", (RET, ENOSYS), "kill", (RET, KILL)]  # clone3: glibc falls back
+    labels, code = {}, [step for step in program if not isinstance(step, str)]
+    for step in program:
+        if isinstance(step, str):
+            labels[step] = sum(not isinstance(s, str) for s in program[:program.index(step)])
+    def offset(label, pc):
+        return 0 if label is None else labels[label] - pc - 1
+    data = b"".join(struct.pack("<HBBI", s[1], offset(s[3], pc), offset(s[4], pc), s[2]) if s[0] == "jump"
+                    else struct.pack("<HBBI", s[0], 0, 0, s[1]) for pc, s in enumerate(code))
+    buffer = ctypes.create_string_buffer(data, len(data))
+    fprog = struct.pack("HxxxxxxQ", len(code), ctypes.addressof(buffer))  # struct sock_fprog
+    ok(prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 def ok(result, what):
     if result != 0:
@@ -548,13 +613,24 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
         if hard != resource.RLIM_INFINITY:
             soft, new_hard = min(soft, hard), min(new_hard, hard)
         resource.setrlimit(limit, (soft, new_hard))
+    if cfg["landlock"]:  # from here on: the interpreter's files to read, `work` to write (opened with our rights)
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        landlock(work, cfg["paths"] + ["/dev/zero", "/dev/urandom"], ["/dev/null"])
     if cfg["drop"]:  # root -> nobody: cannot write the caller's files, read its secrets or raise its limits
+        prctl(PR_SET_KEEPCAPS, int(cfg["landlock"]), 0, 0, 0)
         os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
+        if cfg["landlock"]:  # keep one right, through exec too: to read the interpreter wherever it is installed
+            read_search = 1 << 2  # (/root/...); Landlock still decides what may be read at all
+            libc.capset(ctypes.byref((ctypes.c_uint32 * 2)(0x20080522, 0)),
+                        ctypes.byref((ctypes.c_uint32 * 6)(read_search, read_search, read_search, 0, 0, 0)))
+            prctl(PR_CAP_AMBIENT, 2, 2, 0, 0)  # PR_CAP_AMBIENT_RAISE CAP_DAC_READ_SEARCH
     elif hasattr(libc, "capset"):  # root of a user namespace: give up every capability, for good
         for cap in range(64):
             prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         libc.capset(ctypes.byref((ctypes.c_uint32 * 2)(0x20080522, 0)), ctypes.byref((ctypes.c_uint32 * 6)()))
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid programs (su, sudo) cannot give privileges back
+    if cfg["landlock"]:  # no socket, no tracing, no mount or namespace, no leaving the process group
+        seccomp()
     os.environ.clear()
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", HOME=work)
     for number in (signal.SIGALRM, signal.SIGCHLD):
@@ -640,6 +716,8 @@ except Exception as e:
     control.send(f"{type(e).__name__}: {e}".encode())
     sys.exit(1)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by the kernel
+if not cfg["namespaces"]:  # a call's orphans come here when they end, and are reaped too (no PID 1 of their own)
+    prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 while True:
     message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(8))
     if not message:
@@ -679,15 +757,17 @@ def _sandbox_files():
 class _Sandbox:
     """A running zygote (see _SANDBOX_ZYGOTE) in one containment mode, and the socket that asks it for calls."""
 
-    def __init__(self, prefix, namespaces, drop):
-        self.namespaces, self.drop = namespaces, drop
+    def __init__(self, prefix, namespaces, drop, landlock=False):
+        self.namespaces, self.drop, self.landlock = namespaces, drop, landlock
+        self.mode = "namespaces" if namespaces else "landlock" if landlock else "plain"
         python, paths, hidden = _sandbox_files()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.scratch = tempfile.mkdtemp(prefix="run_python_")  # the root's mount point; call folders without namespaces
         os.chmod(self.scratch, 0o711)
         limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_CPU": PYTHON_CPU_S, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
                   "RLIMIT_CORE": 0, **({"RLIMIT_NPROC": PYTHON_MAX_PROCESSES} if drop else {})}
-        cfg = {"control": theirs.fileno(), "namespaces": namespaces, "drop": drop, "stage": self.scratch,
+        cfg = {"control": theirs.fileno(), "namespaces": namespaces, "landlock": landlock, "drop": drop,
+               "stage": self.scratch,
                "scratch": self.scratch, "paths": paths, "hidden": hidden, "limits": limits, "wall": PYTHON_WALL_S,
                "tmp_bytes": PYTHON_TMP_BYTES, "output": PYTHON_FILE_BYTES}
         self.process = subprocess.Popen(  # -S: no site-packages; -u: output reaches the file as it is printed
@@ -747,28 +827,57 @@ class _Sandbox:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+SANDBOX_MODES = ("namespaces", "landlock", "plain")  # strongest first; GRPO_SANDBOX=<mode> forces one
+
+
+def _start_sandbox(mode: str, failures: list):
+    """A started sandbox in `mode` that can import a module and print, or None (the reasons go to `failures`)."""
+    root, unshare = os.geteuid() == 0, shutil.which("unshare")
+    ns = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    candidates = {"namespaces": [([unshare, *ns], True, root), ([unshare, "--user", "--map-root-user", *ns], True,
+                                                                 False)] if unshare else [],
+                  "landlock": [([], False, root, True)], "plain": [([], False, root)]}[mode]
+    for candidate in candidates:
+        sandbox = _Sandbox(*candidate)
+        try:
+            # plain mode as nobody may not reach the standard library (an interpreter under /root): it still
+            # starts, as it always did, with its warning
+            probe = "print('ok')" if mode == "plain" else "import ast\nprint('ok')"
+            if sandbox.status == "ready" and sandbox.run(probe)[:2] == (0, "ok\n"):
+                return sandbox
+            failures.append(sandbox.status if sandbox.status != "ready" else f"{mode}: the probe call failed")
+        except (OSError, RuntimeError, ValueError) as error:
+            failures.append(f"{mode}: {error}")
+        sandbox.close()
+    return None
+
+
 def _sandbox_mode():
-    """The running sandbox, started on first use in the strongest mode that can run print('ok')."""
+    """The running sandbox, started on first use in the strongest mode that works here (SANDBOX_MODES, in order),
+    or in the mode the GRPO_SANDBOX environment variable names (an error if that mode cannot start here)."""
     global _SANDBOX
     with _SANDBOX_LOCK:
         if _SANDBOX is None or _SANDBOX.process.poll() is not None:
-            root, unshare = os.geteuid() == 0, shutil.which("unshare")
-            ns = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
-            candidates = [([unshare, *ns], True, root), ([unshare, "--user", "--map-root-user", *ns], True, False),
-                          ([], False, root)][0 if unshare else 2:]
-            for candidate in candidates:
-                sandbox = _Sandbox(*candidate)
-                try:
-                    if sandbox.status == "ready" and sandbox.run("print('ok')")[:2] == (0, "ok\n"):
-                        break
-                except (OSError, RuntimeError, ValueError):
-                    pass
-                sandbox.close()
+            forced = os.environ.get("GRPO_SANDBOX", "").strip().lower()
+            if forced and forced not in SANDBOX_MODES:
+                raise RuntimeError(f"GRPO_SANDBOX={forced!r}: use one of {', '.join(SANDBOX_MODES)}, or unset it")
+            sandbox, failures = None, []
+            for mode in [forced] if forced else SANDBOX_MODES:
+                sandbox = _start_sandbox(mode, failures)
+                if sandbox is not None:
+                    break
+            if sandbox is None:
+                raise RuntimeError((f"GRPO_SANDBOX={forced}: that mode cannot start here" if forced else
+                                    "run_python: no sandbox mode can start here") + f" ({'; '.join(failures)[:300]})")
             _SANDBOX = sandbox
-            if not sandbox.namespaces:
+            print(f"run_python: sandbox mode {sandbox.mode}{' (forced by GRPO_SANDBOX)' if forced else ''}"
+                  + (": Landlock + seccomp, no namespaces here (the code reads only the interpreter's files, "
+                     "writes only its own folder, opens no socket)" if sandbox.mode == "landlock" else ""),
+                  file=sys.stderr)
+            if sandbox.mode == "plain":
                 warnings.warn("run_python: no mount, PID or network namespace here: the code can read this machine's "
                               "files, reach the network, and background processes that call setsid() can outlive "
-                              "the call" + ("; it runs as root" if root and not sandbox.drop else ""))
+                              "the call" + ("; it runs as root" if os.geteuid() == 0 and not sandbox.drop else ""))
     return _SANDBOX
 
 
@@ -802,9 +911,19 @@ os.register_at_fork(after_in_child=lambda: globals().update(_SANDBOX_LOCK=thread
 # - Always: 5 s wall clock, 5 s CPU, 512 MB address space, 1 MB per file written (its captured output included;
 #   2,000 characters come back), no core dumps, an empty environment (PATH and LANG only), `python -I` semantics,
 #   and every call a fork of the same clean interpreter (the code never sees another call's code or state).
-# - Without namespaces (with a warning): the code can read this machine's files, the network is reachable, daemons
+# - Where namespaces are refused (Docker's default seccomp profile, Ubuntu 24.04's AppArmor) but the kernel has
+#   Landlock (Linux 5.13 on): Landlock + seccomp, no privileges needed. The code opens only the interpreter's files
+#   (read-only), its own fresh folder (its working directory, removed after the call) and /dev/null; it cannot
+#   open a socket (pipes and socketpair work), trace processes, mount, unshare or leave its process group, so
+#   every process of the call is killed with it. Started as root, it runs as "nobody" (at most 64 processes),
+#   keeping only the right to read the interpreter wherever it is installed. Not contained there: whether a host
+#   path exists, and its size and owner (stat works everywhere); system facts (uname, CPU count, load); and before
+#   Linux 6.12 (Landlock ABI 6), signals to other processes of the same user, such as a concurrent call's.
+# - With neither (with a warning): the code can read this machine's files, the network is reachable, daemons
 #   that call setsid() can outlive the call, files written outside the working directory stay (each at most 1 MB),
 #   other processes of the same user are visible in /proc, and the code runs as root where "nobody" cannot.
+# - GRPO_SANDBOX=namespaces|landlock|plain forces a mode (an error if it cannot start); the mode in use is printed
+#   once. benchmarks/bench_sandbox.py measures what each mode contains here, and what a call costs.
 # - Never: the kernel is shared (an exploit escapes); disk, memory and CPU bandwidth are not reserved. This is for
 #   a model's code with hidden tests and scratch arithmetic, not for hostile code: for untrusted workloads use a
 #   real sandbox (gVisor, Firecracker microVMs, nsjail, or a locked-down container per call).

@@ -75,6 +75,11 @@ def test_sandbox_benchmark_measures_every_arm(tmp_path):
     assert report["throughput"]["run_python, realistic"]["calls"] == 4
     ratio = report["ratio_run_python_over_floor"]
     assert f"ratio run_python / {report['floor']} (median latency): {ratio:.2f}" in stdout
+    assert list(report["modes"]) == ["namespaces", "landlock", "plain"]  # every mode, started or said why not
+    for mode, row in report["modes"].items():
+        assert row["started"] or row["why"], mode
+        if row["started"]:
+            assert 0 < row["median_ms"] <= row["p95_ms"] and f"\n{mode:<12}" in stdout
 
 
 def test_code_reward_benchmark_times_both_arms(tmp_path):

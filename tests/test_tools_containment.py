@@ -413,13 +413,59 @@ def test_misuse_returns_promptly_and_leaves_nothing(name):
     assert timed_run("print('next')") == "next\n"  # and the sandbox still works
 
 
-def test_fallback_warns_what_is_not_contained(monkeypatch):
-    """Without `unshare` the sandbox still runs the code, and says what it no longer contains."""
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, asked directly (0: none), independently of the code under test."""
+    import ctypes
+    import platform
+    if platform.machine() not in ("x86_64", "aarch64"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, 0, 1))
+
+
+def test_without_namespaces_landlock_takes_over(monkeypatch, capsys):
+    """No `unshare` (as in a Docker container): the next mode down is Landlock + seccomp where the kernel has it,
+    and the sandbox says so once."""
     import grpo_tools
 
     running = grpo_tools._SANDBOX
     monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
     monkeypatch.setattr(grpo_tools.shutil, "which", lambda name: None)
+    monkeypatch.delenv("GRPO_SANDBOX", raising=False)
+    result = timed_run("print(open('/etc/hostname').read())")
+    chosen = grpo_tools._SANDBOX
+    try:
+        assert chosen.mode == ("landlock" if landlock_abi() else "plain")
+        if landlock_abi():
+            assert "PermissionError" in result
+            assert "sandbox mode landlock" in capsys.readouterr().err
+    finally:
+        chosen.close()
+        grpo_tools._SANDBOX = running
+
+
+def test_a_forced_mode_is_used_or_refused_in_one_line(monkeypatch):
+    import grpo_tools
+
+    running = grpo_tools._SANDBOX
+    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
+    monkeypatch.setenv("GRPO_SANDBOX", "jail")
+    try:
+        assert timed_run("print(1)") == "Error: could not run the code (RuntimeError: GRPO_SANDBOX='jail': use one of " \
+            "namespaces, landlock, plain, or unset it)"
+    finally:
+        grpo_tools._SANDBOX = running
+
+
+def test_fallback_warns_what_is_not_contained(monkeypatch):
+    """Forced into the plain mode (no namespaces, no Landlock), the sandbox still runs the code, and says what it no
+    longer contains."""
+    import grpo_tools
+
+    running = grpo_tools._SANDBOX
+    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
+    monkeypatch.setenv("GRPO_SANDBOX", "plain")
     with pytest.warns(UserWarning, match="can read this machine's files, reach the network"):
         result = timed_run("import os\nprint(os.getuid(), os.path.exists(os.path.expanduser('~')))")
     fallback = grpo_tools._SANDBOX
