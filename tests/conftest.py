@@ -39,3 +39,14 @@ def offline_env(**extra) -> dict:
 def run_script(args, timeout=600, env=None, cwd=None, script="grpo_math.py") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env or offline_env(), cwd=cwd or REPO)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, asked directly (0: none), independently of the code under test."""
+    import ctypes
+    import platform
+    if platform.machine() not in ("x86_64", "aarch64"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, 0, 1))

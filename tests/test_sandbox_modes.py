@@ -4,13 +4,11 @@ the repository, a TCP and a Unix socket listening on this machine, a daemon that
 group, notes left for the next call, and hacks that read or forge the hidden tests' result. What each mode promises
 is in run_python's comment and the README's table; a mode that holds less, or more, fails here."""
 
-import ctypes
-import platform
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, landlock_abi
 from test_code_harness import ADD, HACKS
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -25,15 +23,6 @@ def unshare_works(*flags):
         return subprocess.run(["unshare", *flags, "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def landlock_abi() -> int:
-    """Asked of the kernel directly, not of the code under test."""
-    if platform.machine() not in ("x86_64", "aarch64"):
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return max(0, libc.syscall(444, None, 0, 1))
 
 
 NS = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]

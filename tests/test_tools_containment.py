@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import landlock_abi
 
 from grpo_tools import calculator, run_python
 
@@ -411,17 +412,6 @@ def test_misuse_returns_promptly_and_leaves_nothing(name):
             time.sleep(0.05)
         assert not set(nobody_processes()) - before, f"{name}: processes of the code outlived the call"
     assert timed_run("print('next')") == "next\n"  # and the sandbox still works
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, asked directly (0: none), independently of the code under test."""
-    import ctypes
-    import platform
-    if platform.machine() not in ("x86_64", "aarch64"):
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return max(0, libc.syscall(444, None, 0, 1))
 
 
 def test_without_namespaces_landlock_takes_over(monkeypatch, capsys):
