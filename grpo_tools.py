@@ -550,7 +550,7 @@ _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 # waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
 # zygote never reads code itself, so nothing of one call can reach another through it.
 _SANDBOX_ZYGOTE = r"""
-import array, ctypes, json, os, resource, signal, socket, stat, struct, sys, traceback, types
+import array, ctypes, json, os, resource, shutil, signal, socket, stat, struct, sys, traceback, types
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 control = socket.socket(fileno=cfg["control"])
@@ -582,28 +582,38 @@ ARCH = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}.get(os.uname().ma
 def landlock_abi():
     return libc.syscall(444, None, 0, 1) if ARCH else -1  # landlock_create_ruleset(NULL, 0, VERSION)
 
-def landlock(work, read_only, read_write):
+def prepare_containment(read_only, read_write):  # once, in the zygote: the parts contain() hands the kernel
+    # in each call: the Landlock ruleset's attribute, a rule per path (opened here), and the seccomp program
+    global LANDLOCK
     abi = landlock_abi()
     ok(0 if abi >= 1 else -1, "Landlock")
     fs = (1 << 13) - 1 | (abi >= 2 and 1 << 13) | (abi >= 3 and 1 << 14) | (abi >= 5 and 1 << 15)  # all it knows
     attr = struct.pack("<QQQ", fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:8 if abi < 4 else 16 if abi < 6 else 24]
-    ruleset = libc.syscall(444, ctypes.create_string_buffer(attr, len(attr)), ctypes.c_size_t(len(attr)), 0)
-    ok(0 if ruleset >= 0 else -1, "landlock_create_ruleset")  # net and scope handled with no rule: refused
     reading, file_rights = 1 | 4 | 8, 1 | 2 | 4 | (abi >= 3 and 1 << 14) | (abi >= 5 and 1 << 15)
-    for path, rights in [(p, reading) for p in read_only] + [(p, 2 | 4) for p in read_write] + [(work, fs)]:
+    rules = []
+    for path, rights in [(p, reading) for p in read_only] + [(p, 2 | 4) for p in read_write]:
         try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            fd = os.open(path, os.O_PATH)
         except OSError:
             continue
-        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= file_rights  # a file takes only file rights
-        rule = ctypes.create_string_buffer(struct.pack("<Qi", rights & fs, fd), 12)  # packed: u64, s32
-        ok(0 if libc.syscall(445, ruleset, 1, rule, 0) == 0 else -1, f"landlock_add_rule {path}")
-        os.close(fd)
-    ok(0 if libc.syscall(446, ruleset, 0) == 0 else -1, "landlock_restrict_self")
-    os.close(ruleset)
+        rules.append(ctypes.create_string_buffer(struct.pack("<Qi", rights & fs, fd), 12))  # packed: u64, s32
+    LANDLOCK = (ctypes.create_string_buffer(attr, len(attr)), fs, rules, seccomp_program())
 
-def seccomp():
+def contain(work):  # in a call's own process: Landlock (the prepared paths, `work` with every right), seccomp
+    attr, fs, rules, (program, length) = LANDLOCK
+    ruleset = libc.syscall(444, attr, ctypes.c_size_t(len(attr)), 0)
+    ok(0 if ruleset >= 0 else -1, "landlock_create_ruleset")  # net and scope handled with no rule: refused
+    fd = os.open(work, os.O_PATH)
+    for rule in rules + [ctypes.create_string_buffer(struct.pack("<Qi", fs, fd), 12)]:
+        ok(0 if libc.syscall(445, ruleset, 1, rule, 0) == 0 else -1, "landlock_add_rule")
+    ok(0 if libc.syscall(446, ruleset, 0) == 0 else -1, "landlock_restrict_self")
+    os.close(ruleset); os.close(fd)
+    fprog = struct.pack("HxxxxxxQ", length, ctypes.addressof(program))  # struct sock_fprog
+    ok(prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+def seccomp_program():
     which, audit_arch = ARCH
     LD, JEQ, JGE, JSET, RET, ALLOW, EPERM, ENOSYS, KILL = 0x20, 0x15, 0x35, 0x45, 0x06, 0x7FFF0000, 0x50001, 0x50026, 0x80000000
     program = [(LD, 4), ("jump", JEQ, audit_arch, None, "kill"), (LD, 0)]  # the architecture, then the number
@@ -620,9 +630,7 @@ def seccomp():
         return 0 if label is None else labels[label] - pc - 1
     data = b"".join(struct.pack("<HBBI", s[1], offset(s[3], pc), offset(s[4], pc), s[2]) if s[0] == "jump"
                     else struct.pack("<HBBI", s[0], 0, 0, s[1]) for pc, s in enumerate(code))
-    buffer = ctypes.create_string_buffer(data, len(data))
-    fprog = struct.pack("HxxxxxxQ", len(code), ctypes.addressof(buffer))  # struct sock_fprog
-    ok(prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return ctypes.create_string_buffer(data, len(data)), len(code)
 
 def ok(result, what):
     if result != 0:
@@ -679,8 +687,11 @@ def build_root(stage):
 def run_code(path, source, stdin, output, work):  # the code's own process: give up everything, then run it as `python -I`
     for number, fd in ((0, os.open("/dev/null", os.O_RDONLY) if stdin is None else stdin), (1, output), (2, output)):
         os.dup2(fd, number)
+    os.setsid()  # its own process group, which seccomp then keeps it in: the call's end kills the whole group
+    if cfg["landlock"]:  # Landlock + seccomp, while the prepared rules' descriptors are still open
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        contain(work)
     os.closerange(3, 1 << 16)  # no control socket, no result channel: the code cannot forge its own result
-    os.setsid()
     os.chdir(work)
     for name, value in cfg["limits"].items():
         limit, hard = getattr(resource, name), resource.getrlimit(getattr(resource, name))[1]
@@ -688,9 +699,6 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
         if hard != resource.RLIM_INFINITY:
             soft, new_hard = min(soft, hard), min(new_hard, hard)
         resource.setrlimit(limit, (soft, new_hard))
-    if cfg["landlock"]:  # from here on: the interpreter's files to read, `work` to write (opened with our rights)
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        landlock(work, cfg["paths"] + ["/dev/zero", "/dev/urandom"], ["/dev/null"])
     if cfg["drop"]:  # root -> nobody: cannot write the caller's files, read its secrets or raise its limits
         prctl(PR_SET_KEEPCAPS, int(cfg["landlock"]), 0, 0, 0)
         os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
@@ -704,10 +712,8 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
             prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         libc.capset(ctypes.byref((ctypes.c_uint32 * 2)(0x20080522, 0)), ctypes.byref((ctypes.c_uint32 * 6)()))
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid programs (su, sudo) cannot give privileges back
-    if cfg["landlock"]:  # no socket, no tracing, no mount or namespace, no leaving the process group
-        seccomp()
     os.environ.clear()
-    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", HOME=work)
+    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", HOME=work, TMPDIR=work)  # tempfile
     for number in (signal.SIGALRM, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
     import builtins, site
@@ -786,6 +792,8 @@ def serve(connection, stdin):  # one call, in a child of the zygote; `stdin`: a 
 try:
     if cfg["namespaces"]:
         build_root(cfg["stage"])
+    elif cfg["landlock"]:
+        prepare_containment(cfg["paths"] + ["/dev/zero", "/dev/urandom"], ["/dev/null"])
     control.send(b"ready")
 except Exception as e:
     control.send(f"{type(e).__name__}: {e}".encode())

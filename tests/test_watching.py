@@ -18,7 +18,8 @@ def read_jsonl(path):
 
 def check_trajectories(rows, completions_each):
     for row in rows:
-        assert set(row) == TRAJECTORY_FIELDS and row["prompt"][-1]["role"] == "user"
+        assert TRAJECTORY_FIELDS <= set(row) <= TRAJECTORY_FIELDS | {"columns"}, set(row)
+        assert isinstance(row.get("columns", {}), dict) and row["prompt"][-1]["role"] == "user"
         assert len(row["completions"]) == completions_each
         assert [c["greedy"] for c in row["completions"]] == [True] + [False] * (completions_each - 1)
         for c in row["completions"]:
