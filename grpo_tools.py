@@ -1799,11 +1799,12 @@ def replayed_environment(script_args, row: dict, trajectory):
     in order, as TRL's loop ran them; None where the script has no tools."""
     environment = replay_environment(script_args, row)
     messages = trajectory if environment is not None and isinstance(trajectory, list) else []
+    messages = [m if isinstance(m, dict) else {} for m in messages]  # a hand-edited file: skip what is not a message
     for n, message in enumerate(messages):
         answered = 0  # the calls TRL ran are those with a tool message after them (a capped loop runs none)
-        while n + 1 + answered < len(messages) and (messages[n + 1 + answered] or {}).get("role") == "tool":
+        while n + 1 + answered < len(messages) and messages[n + 1 + answered].get("role") == "tool":
             answered += 1
-        calls = message.get("tool_calls") or [] if isinstance(message, dict) else []
+        calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
         for call in calls[:answered]:
             function = call.get("function", call) if isinstance(call, dict) else {}
             name, arguments = function.get("name"), function.get("arguments") or {}
@@ -1989,6 +1990,9 @@ def main(argv=None):
     if training_args.reward_weights is None:
         training_args.reward_weights = [weight for _, weight in RUBRIC]
     if script_args.skip_zero_signal:  # each row carries its index to the scoring step
+        if "prompt_index" in train_dataset.column_names:
+            raise RecipeError("the training data has a 'prompt_index' column, which --skip_zero_signal writes "
+                              "itself: rename that column, or drop --skip_zero_signal")
         train_dataset = train_dataset.add_column("prompt_index", list(range(len(train_dataset))))
     trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
     if script_args.skip_zero_signal:

@@ -233,3 +233,20 @@ def test_code_and_search_runs_replay_their_tool_calls_and_hidden_tests(tmp_path)
         assert "columns" in json.loads((out / "eval_only.jsonl").read_text().splitlines()[0])
         _, records = replayed_as_recorded(out, script)
         assert calls_in(records) > 0, script
+
+
+def test_replayed_calls_are_those_trl_ran_and_junk_is_passed_over():
+    """Only calls answered by a tool message are run again (a capped loop's last call never ran); lines of a
+    hand-edited file that are not messages, or whose tool_calls are not a list, are passed over, not fatal."""
+    from types import SimpleNamespace
+
+    import grpo_tools as gt
+
+    call = {"type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2 * 3"}'}}
+    bad = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2 +"}}}
+    trajectory = ["not a message", {"role": "assistant", "tool_calls": {"not": "a list"}},
+                  {"role": "assistant", "tool_calls": [call, bad]}, {"role": "tool", "content": "6"},
+                  {"role": "tool", "content": "Error"}, {"role": "assistant", "tool_calls": [call]}]  # unanswered
+    env = gt.replayed_environment(SimpleNamespace(tool_call_budget=3), {}, trajectory)
+    assert (env.calls, env.failures) == (2, 1)
+    assert gm.replayed_environment(SimpleNamespace(), {}, trajectory) is None  # no tools in grpo_math.py
