@@ -1,10 +1,11 @@
-"""Benchmark: scoring code with grpo_code.py's hidden-test harness, against a plain subprocess per solution.
+"""Benchmark: scoring code with sandbox.py's hidden-test harness (grpo_code.py's reward), against a plain
+subprocess per solution.
 
     python benchmarks/bench_code_reward.py     # ~1 min on 2 CPU cores; prints a table, writes results/code_reward.json
 
 Both arms score the same 164 HumanEval reference solutions (tests/data/humaneval), with the same number of
-solutions in flight at once (grpo_code.SCORING_THREADS), taking turns for --rounds rounds:
-    harness        grpo_code.run_hidden_tests_batch: each solution in the sandbox (namespaces, read-only root,
+solutions in flight at once (sandbox.SCORING_THREADS), taking turns for --rounds rounds:
+    harness        sandbox.run_hidden_tests_batch: each solution in the sandbox (namespaces, read-only root,
                    no network), the tests in a trusted process, the solution in a fresh worker process, every
                    test case scored on its own (its cache cleared before each round)
     plain process  `python -c "<prompt + solution + tests + check(entry_point)>"`, one subprocess per solution
@@ -39,19 +40,19 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    import grpo_code
+    import sandbox
 
     tasks = [json.loads(line) for line in gzip.open(HUMANEVAL, "rt")][:args.tasks]
     solutions = [task["prompt"] + task["canonical_solution"] for task in tasks]
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     start = time.perf_counter()
-    sandbox = grpo_code._sandbox_mode()  # the one-off start, timed on its own
+    running = sandbox._sandbox_mode()  # the one-off start, timed on its own
     startup_s = time.perf_counter() - start
 
     def harness():
-        grpo_code.run_hidden_tests.cache_clear()
-        results = grpo_code.run_hidden_tests_batch(solutions, [t["test"] for t in tasks],
-                                                   [t["entry_point"] for t in tasks], [t["prompt"] for t in tasks])
+        sandbox._RESULTS.clear()  # every solution runs again, uncached
+        results = sandbox.run_hidden_tests_batch(solutions, [t["test"] for t in tasks],
+                                                 [t["entry_point"] for t in tasks], [t["prompt"] for t in tasks])
         return [bool(r["passed"]) and all(r["passed"]) for r in results], sum(len(r["passed"]) for r in results)
 
     def plain_one(job):
@@ -64,7 +65,7 @@ def main(argv=None):
             return False
 
     def plain():
-        with concurrent.futures.ThreadPoolExecutor(grpo_code.SCORING_THREADS) as pool:
+        with concurrent.futures.ThreadPoolExecutor(sandbox.SCORING_THREADS) as pool:
             return list(pool.map(plain_one, zip(solutions, tasks))), len(tasks)
 
     arms = {"harness": harness, "plain process": plain}
@@ -83,8 +84,8 @@ def main(argv=None):
     report = {
         "date": datetime.date.today().isoformat(), "machine": f"{platform.system()} {platform.machine()}, "
         f"{cores} CPU cores", "python": platform.python_version(), "solutions": len(tasks), "rounds": args.rounds,
-        "in_flight": grpo_code.SCORING_THREADS,
-        "sandbox": {"namespaces": sandbox.namespaces, "drops_root": sandbox.drop, "startup_s": startup_s},
+        "in_flight": sandbox.SCORING_THREADS,
+        "sandbox": {"namespaces": running.namespaces, "drops_root": running.drop, "startup_s": startup_s},
         "seconds": seconds, "median_s": median, "cases_scored": cases,
         "ms_per_solution": {name: 1000 * m / len(tasks) for name, m in median.items()},
         "ratio_harness_over_plain": median["harness"] / median["plain process"],
@@ -92,8 +93,8 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"sandbox: namespaces={sandbox.namespaces}, drops root={sandbox.drop}, started in {startup_s:.2f} s "
-          f"(once per process); {grpo_code.SCORING_THREADS} solutions in flight\n")
+    print(f"sandbox: namespaces={running.namespaces}, drops root={running.drop}, started in {startup_s:.2f} s "
+          f"(once per process); {sandbox.SCORING_THREADS} solutions in flight\n")
     print(f"{'arm':<16}{'median s':>10}{'ms/solution':>13}{'scored':>16}")
     for name in arms:
         unit = "test cases" if name == "harness" else "pass/fail"

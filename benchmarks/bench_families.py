@@ -99,7 +99,7 @@ def build_model(family: str, folder: Path) -> Path:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     texts = [grpo_tools.SYSTEM_PROMPT, QUESTION, ANSWER, json.dumps({"name": "calculator", "arguments": EXPRESSION}),
-             grpo_tools.calculator.__doc__, grpo_tools.run_python.__doc__] * 20
+             grpo_tools.calculator.__doc__, grpo_tools.sandbox.run_python.__doc__] * 20
     bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>"], show_progress=False,
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=eos_token, pad_token="<pad>",

@@ -40,7 +40,7 @@ sys.path.insert(0, {root!r})
 import grpo_math
 from trl import GRPOTrainer
 
-script_args, training_args, model_args = grpo_math.parse_args({argv!r})
+script_args, training_args, model_args, *_ = grpo_math.parse_args({argv!r})
 tokenizer = grpo_math.load_tokenizer(model_args, training_args)
 train_dataset, _ = grpo_math.load_data(script_args, tokenizer, training_args.seed)
 training_args.reward_weights = [weight for _, weight in grpo_math.RUBRIC]

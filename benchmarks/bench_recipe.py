@@ -121,7 +121,7 @@ def run_arm(name, flags, rewards, weights, args, work):
     print(f"{name}:", flush=True)
     argv = ["--max_steps", str(args.max_steps), "--max_completion_length", "40", "--save_strategy", "no",
             "--logging_steps", "25", "--output_dir", str(Path(work) / re.sub(r"\W+", "-", name)), *flags]
-    script_args, training_args, model_args = grpo_math.parse_args(argv)
+    script_args, training_args, model_args, *_ = grpo_math.parse_args(argv)
     tokenizer = grpo_math.load_tokenizer(model_args, training_args)
     train_dataset, eval_dataset = grpo_math.load_data(script_args, tokenizer, training_args.seed)
     training_args.reward_weights = weights

@@ -8,13 +8,14 @@ the machine hits every arm:
     unshare + python `unshare --net --pid --fork --kill-child --mount-proc python -I -c pass`:
                      the floor of any sandbox that starts a fresh interpreter in namespaces
                      (needs root or user namespaces; left out where unshare fails)
-    run_python       grpo_tools.run_python("pass"), and on a realistic payload: a function plus
+    run_python       sandbox.run_python("pass"), and on a realistic payload: a function plus
                      10 assert lines, as the code recipe's hidden tests run
-Then every containment mode of run_python's sandbox that starts here (namespaces, Landlock + seccomp,
+Then every containment mode of sandbox.py's sandbox that starts here (namespaces, Landlock + seccomp,
 plain): what it contains (a file anyone may read and the repository; the hidden tests against hacks
 that read or forge them; a TCP and a Unix socket listening on this machine; a daemon that tries to
-leave the call's process group; notes left for the next call), and its latency per call, the modes
-taking turns.
+leave the call's process group; notes left for the next call; the system calls its seccomp filter
+refuses, each called through ctypes), and its latency per call, the modes taking turns with the
+namespace mode without its seccomp filter (what a call cost before the filter went into every mode).
 Latency: median and 95th percentile of single calls. Throughput: --burst calls submitted at once
 to a pool of as many threads, wall time against (burst / cores) x the median single call, the
 time a perfect scheduler would need; 1.0 means concurrent calls scale with the cores.
@@ -96,6 +97,91 @@ def add(a, b):
 }
 
 
+# The calls the seccomp filter refuses in every mode, each with arguments the kernel itself would refuse with
+# something other than EPERM where it can (a NULL pointer, a bad descriptor or flag), so that without the filter
+# most answer otherwise, and none does harm: (x86_64, aarch64) numbers, arguments. clone3 is refused with ENOSYS.
+REFUSED_SYSCALLS = {
+    "ptrace": ((101, 117), [3, 0, 0, 0]), "process_vm_readv": ((310, 270), [0, 0, 0, 0, 0, 1]),
+    "process_vm_writev": ((311, 271), [0, 0, 0, 0, 0, 1]), "mount": ((165, 40), [0, 0, 0, 0, 0]),
+    "umount2": ((166, 39), [0, 0]), "pivot_root": ((155, 41), [0, 0]), "chroot": ((161, 51), [0]),
+    "unshare": ((272, 97), [0]), "setns": ((308, 268), [-1, 0]), "kexec_load": ((246, 104), [0, 1000, 0, 0x8000]),
+    "kexec_file_load": ((320, 294), [-1, -1, 0, 0, 0xFFF0]), "bpf": ((321, 280), [9999, 0, 0]),
+    "perf_event_open": ((298, 241), [0, 0, -1, -1, 0]), "keyctl": ((250, 219), [9999, 0, 0, 0, 0]),
+    "add_key": ((248, 217), [0, 0, 0, 0, 0]), "request_key": ((249, 218), [0, 0, 0, 0]),
+    "userfaultfd": ((323, 282), [0xFFFF]), "io_uring_setup": ((425, 425), [1, 0]),
+    "io_uring_enter": ((426, 426), [-1, 0, 0, 0, 0, 0]), "io_uring_register": ((427, 427), [-1, 0, 0, 0]),
+    "init_module": ((175, 105), [0, 0, 0]), "finit_module": ((313, 273), [-1, 0, 0]),
+    "delete_module": ((176, 106), [0, 0]), "personality": ((135, 92), [0xFFFFFFFF]),
+    "open_tree": ((428, 428), [-1, 0, 0]), "move_mount": ((429, 429), [-1, 0, -1, 0, 0xFFFFFFFF]),
+    "fsopen": ((430, 430), [0, 0]), "fsconfig": ((431, 431), [-1, 0, 0, 0, 0]), "fsmount": ((432, 432), [-1, 0, 0]),
+    "fspick": ((433, 433), [-1, 0, 0]), "mount_setattr": ((442, 442), [-1, 0, 0, 0, 0]),
+    "open_by_handle_at": ((304, 265), [-1, 0, 0]), "name_to_handle_at": ((303, 264), [-1, 0, 0, 0, 0]),
+    "clone(CLONE_NEWNS)": ((56, 220), [0x20000 | 0x200, 0, 0, 0, 0]),  # with CLONE_FS: EINVAL without the filter
+    "clone3": ((435, 435), [0, 0]),
+}
+LANDLOCK_ONLY_SYSCALLS = {  # refused in the Landlock mode only; the other modes' code may call them
+    "socket": ((41, 198), [1, 1, 0]), "setsid": ((112, 157), []), "setpgid": ((109, 154), [0, 0])}
+# Run in the sandbox: each call in a forked child of its own (so setsid and setpgid are not refused merely because
+# the code's process already leads its group), the answer an errno name or "ok"; and the seccomp mode of the code's
+# process (2: a filter). Prints one JSON line; where the code cannot import ctypes, only the seccomp mode (read from
+# /proc/self/status).
+SYSCALL_PROBE = r"""
+import json, os
+report = {"seccomp": None}
+try:
+    import ctypes, errno
+except ImportError as error:
+    report["error"] = f"{type(error).__name__}: {error}"
+    try:
+        status = open("/proc/self/status").read()
+        report["seccomp"] = status.split("Seccomp:")[1].split()[0]
+    except (OSError, IndexError):
+        pass
+else:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    report["seccomp"] = str(libc.prctl(21, 0, 0, 0, 0))  # PR_GET_SECCOMP: 2 under a filter
+    which = {"x86_64": 0, "aarch64": 1}[os.uname().machine]
+
+    def answer(numbers, args):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ctypes.set_errno(0)
+            result = libc.syscall(ctypes.c_long(numbers[which]), *[ctypes.c_long(a) for a in args])
+            os.write(write, f"{result} {ctypes.get_errno()}".encode())
+            os._exit(0)
+        os.close(write)
+        result, number = os.read(read, 64).decode().split()
+        os.close(read)
+        os.waitpid(pid, 0)
+        return "ok" if int(result) >= 0 else errno.errorcode.get(int(number), number)
+
+    report["calls"] = {name: answer(numbers, args) for name, (numbers, args) in CALLS.items()}
+print(json.dumps(report))
+"""
+
+
+def syscall_probe(run) -> dict:
+    """What the code's process says to each call of REFUSED_SYSCALLS and LANDLOCK_ONLY_SYSCALLS, asked through
+    `run` (a _Sandbox's run): {"seccomp": its Seccomp mode ("2": filtered), "calls": {name: "EPERM", "ok", ...}},
+    or "error" in place of "calls" where the code cannot import ctypes."""
+    calls = {**REFUSED_SYSCALLS, **LANDLOCK_ONLY_SYSCALLS}
+    rc, output, _ = run(f"CALLS = {calls!r}\n" + SYSCALL_PROBE)
+    try:
+        return json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"seccomp": None, "error": f"the probe failed (exit status {rc}): {output[-300:]}"}
+
+
+def refused_as_promised(mode: str, probe: dict) -> list:
+    """The calls whose answer in `mode` is not what the filter promises (empty: every one as promised)."""
+    expected = {name: "ENOSYS" if name == "clone3" else "EPERM" for name in REFUSED_SYSCALLS}
+    expected.update({name: "EPERM" if mode == "landlock" else "ok" for name in LANDLOCK_ONLY_SYSCALLS})
+    return [f"{name}: {probe['calls'].get(name)}" for name, answer in expected.items()
+            if probe["calls"].get(name) != answer]
+
+
 def containment(mode: str) -> dict:
     """Start run_python's sandbox in `mode` and probe what it contains: True = contained. `started` is False (and
     `why` says why) where the mode cannot start here. `answer_data` is None where the hidden-test harness cannot run
@@ -104,15 +190,14 @@ def containment(mode: str) -> dict:
     import tempfile
     import uuid
 
-    import grpo_code
-    import grpo_tools
+    import sandbox as contained
 
     failures = []
-    sandbox = grpo_tools._start_sandbox(mode, failures)
+    sandbox = contained._start_sandbox(mode, failures)
     if sandbox is None:
         return {"mode": mode, "started": False, "why": "; ".join(failures)}
-    saved = grpo_tools._SANDBOX, grpo_code._SANDBOX
-    grpo_tools._SANDBOX = grpo_code._SANDBOX = sandbox  # both scripts' calls go to this one
+    saved = contained._SANDBOX
+    contained._SANDBOX = sandbox  # run_python's and the hidden tests' calls go to this one
     folder = Path(tempfile.mkdtemp(prefix="bench_sandbox_"))
     marker = uuid.uuid4().hex[:12]
     servers = []
@@ -122,7 +207,7 @@ def containment(mode: str) -> dict:
         secret.write_text(f"secret {marker}\n")
         os.chmod(secret, 0o644)  # readable by anyone: only the sandbox can keep it from the code
         readme = (ROOT / "README.md").read_text()[:40]
-        out = grpo_tools.run_python(f"for path in [{str(secret)!r}, {str(ROOT / 'README.md')!r}]:\n    try:\n"
+        out = contained.run_python(f"for path in [{str(secret)!r}, {str(ROOT / 'README.md')!r}]:\n    try:\n"
                                     f"        print(open(path).read()[:40])\n    except OSError:\n        pass\n")
         host_files = marker not in out and readme not in out
 
@@ -132,14 +217,14 @@ def containment(mode: str) -> dict:
         os.chmod(folder / "listening.sock", 0o777)
         unix.listen()
         servers += [tcp, unix]
-        out = grpo_tools.run_python(
+        out = contained.run_python(
             f"import socket\nfor family, address in [(socket.AF_INET, ('127.0.0.1', {tcp.getsockname()[1]})), "
             f"(socket.AF_UNIX, {str(folder / 'listening.sock')!r})]:\n    try:\n        s = socket.socket(family)\n"
             f"        s.settimeout(2)\n        s.connect(address)\n        print('connected', family)\n"
             f"    except OSError:\n        pass\n")
         network = "connected" not in out
 
-        grpo_tools.run_python(  # a child that leaves the process group (where it may) and sleeps, named `marker`
+        contained.run_python(  # a child that leaves the process group (where it may) and sleeps, named `marker`
             f"import ctypes, os, time\nready, done = os.pipe()\nif os.fork() == 0:\n    try:\n        os.setsid()\n"
             f"    except OSError:\n        pass\n    ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n"
             f"    os.write(done, b'x')\n    time.sleep(30)\n    os._exit(0)\nos.read(ready, 1)\nprint('forked')\n")
@@ -157,28 +242,39 @@ def containment(mode: str) -> dict:
         processes = not survivors
 
         places = [f"/tmp/{marker}", f"/dev/shm/{marker}", marker]
-        grpo_tools.run_python(f"for path in {places!r}:\n    try:\n        open(path, 'w').write('note')\n"
+        contained.run_python(f"for path in {places!r}:\n    try:\n        open(path, 'w').write('note')\n"
                               f"    except OSError:\n        pass\n")
-        out = grpo_tools.run_python(f"import os\nprint([os.path.exists(p) for p in {places!r}])")
+        out = contained.run_python(f"import os\nprint([os.path.exists(p) for p in {places!r}])")
         state = out.strip() == str([False] * len(places))
         for path in places[:2]:
             Path(path).unlink(missing_ok=True)
 
         def passed(solution):  # not the cached results of another mode's sandbox
-            return getattr(grpo_code.run_hidden_tests, "__wrapped__", grpo_code.run_hidden_tests)(solution, *ADD)["passed"]
+            return contained.run_hidden_tests(solution, *ADD, cache=False)["passed"]
         honest = passed("def add(a, b):\n    return a + b\n") == [True, True, True]
         hacks = {name: any(passed(code)) for name, code in HARNESS_HACKS.items()}
         answer_data = (not any(hacks.values())) if honest else None
+
+        probe = syscall_probe(sandbox.run)  # the seccomp filter: each refused call, as the code makes it
+        wrong = refused_as_promised(mode, probe) if "calls" in probe else None
         return {"mode": mode, "started": True, "runs_as": sandbox.run("import os\nprint(os.getuid())")[1].strip(),
                 "host_files": host_files, "answer_data": answer_data, "network": network,
                 "processes_outliving_the_call": processes, "state_between_calls": state,
-                "hacks_that_passed": [name for name, won in hacks.items() if won] if honest else None}
+                "hacks_that_passed": [name for name, won in hacks.items() if won] if honest else None,
+                "seccomp": probe.get("seccomp") == "2", "syscalls": None if wrong is None else not wrong,
+                "syscalls_refused": None if wrong is None else sum(
+                    probe["calls"][name] in ("EPERM", "ENOSYS") for name in REFUSED_SYSCALLS),
+                "syscalls_checked": len(REFUSED_SYSCALLS), "syscalls_not_as_promised": wrong,
+                "syscall_answers": probe.get("calls"), "syscall_probe_error": probe.get("error")}
     finally:
         for server in servers:
             server.close()
         shutil.rmtree(folder, ignore_errors=True)
-        grpo_tools._SANDBOX, grpo_code._SANDBOX = saved
+        contained._SANDBOX = saved
         sandbox.close()
+
+
+UNFILTERED = "namespaces, no seccomp"  # the namespace mode as it ran before the filter, timed beside the others
 
 
 def percentile(values, q):
@@ -199,10 +295,10 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    import grpo_tools
+    import sandbox as contained
 
     start = time.perf_counter()
-    sandbox = grpo_tools._sandbox_mode()  # the one-off start: the zygote, its root, and a probe call
+    sandbox = contained._sandbox_mode()  # the one-off start: the zygote, its root, and a probe call
     startup_s = time.perf_counter() - start
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     unshare = [shutil.which("unshare") or "unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
@@ -214,7 +310,7 @@ def main(argv=None):
 
     def sandboxed(code, expected):
         def call():
-            result = grpo_tools.run_python(code)
+            result = contained.run_python(code)
             if result != expected:
                 sys.exit(f"run_python returned {result[:300]!r}, expected {expected!r}")
         return call
@@ -245,29 +341,44 @@ def main(argv=None):
         throughput[name] = {"calls": args.burst, "wall_s": wall, "calls_per_s": args.burst / wall,
                             "ideal_s": ideal, "wall_over_ideal": wall / ideal}
 
-    # Every containment mode that starts here: what it contains, then its latency, the modes taking turns
-    modes = {mode: containment(mode) for mode in grpo_tools.SANDBOX_MODES}
-    running = {mode: grpo_tools._start_sandbox(mode, []) for mode, row in modes.items() if row["started"]}
+    # Every containment mode that starts here: what it contains, then its latency, the modes taking turns with the
+    # namespace mode without its seccomp filter (as every call ran before the filter went into every mode)
+    modes = {mode: containment(mode) for mode in contained.SANDBOX_MODES}
+    running = {mode: contained._start_sandbox(mode, []) for mode, row in modes.items() if row["started"]}
+    if "namespaces" in running:
+        running[UNFILTERED] = contained._start_sandbox("namespaces", [], seccomp=False)
+        if running[UNFILTERED] is None:
+            del running[UNFILTERED]
     try:
         mode_samples = {mode: [] for mode in running}
+        for box in running.values():  # warm each
+            box.run("pass")
         for _ in range(args.calls):
             for mode, box in running.items():
                 mode_samples[mode].append(timed(lambda: box.run("pass")))
     finally:
         for box in running.values():
             box.close()
+    unfiltered = mode_samples.pop(UNFILTERED, None)
     for mode, s in mode_samples.items():
         modes[mode].update(median_ms=1000 * statistics.median(s), p95_ms=1000 * percentile(s, 0.95))
     if "namespaces" in mode_samples:
         for mode in mode_samples:
             modes[mode]["ratio_to_namespaces"] = modes[mode]["median_ms"] / modes["namespaces"]["median_ms"]
+    seccomp_cost = None
+    if unfiltered:
+        seccomp_cost = {"namespaces_median_ms": modes["namespaces"]["median_ms"],
+                        "namespaces_without_filter_median_ms": 1000 * statistics.median(unfiltered),
+                        "namespaces_without_filter_p95_ms": 1000 * percentile(unfiltered, 0.95)}
+        seccomp_cost["ratio_with_over_without"] = (seccomp_cost["namespaces_median_ms"]
+                                                   / seccomp_cost["namespaces_without_filter_median_ms"])
 
     floor = "unshare + python" if "unshare + python" in latency else "bare python"
     report = {
         "date": datetime.date.today().isoformat(), "machine": f"{platform.system()} {platform.machine()}, "
         f"{cores} CPU cores", "python": platform.python_version(), "calls": args.calls,
         "sandbox": {"namespaces": sandbox.namespaces, "drops_root": sandbox.drop, "startup_s": startup_s},
-        "latency": latency, "throughput": throughput, "floor": floor, "modes": modes,
+        "latency": latency, "throughput": throughput, "floor": floor, "modes": modes, "seccomp_cost": seccomp_cost,
         "ratio_run_python_over_floor": latency["run_python"]["median_ms"] / latency[floor]["median_ms"],
         "ratio_run_python_over_bare_python": latency["run_python"]["median_ms"] / latency["bare python"]["median_ms"],
     }
@@ -285,16 +396,29 @@ def main(argv=None):
               f"{row['wall_over_ideal']:>11.2f}")
     print(f"\nratio run_python / {floor} (median latency): {report['ratio_run_python_over_floor']:.2f}")
     print(f"ratio run_python / bare python (median latency): {report['ratio_run_python_over_bare_python']:.2f}")
-    columns = ("host_files", "answer_data", "network", "processes_outliving_the_call", "state_between_calls")
-    print(f"\n{'mode':<12}" + "".join(f"{c.split('_')[0]:>11}" for c in columns) + f"{'median ms':>11}{'vs ns':>7}"
-          "   (contained: yes / no; - : cannot be checked here)")
+    columns = ("host_files", "answer_data", "network", "processes_outliving_the_call", "state_between_calls",
+               "seccomp")
+    print(f"\n{'mode':<12}" + "".join(f"{c.split('_')[0]:>11}" for c in columns) + f"{'refused':>9}"
+          f"{'median ms':>11}{'vs ns':>7}   (contained: yes / no; - : cannot be checked here)")
     for mode, row in modes.items():
         if not row["started"]:
             print(f"{mode:<12}cannot start here: {row['why'][:80]}")
             continue
         cells = "".join(f"{'-' if row[c] is None else 'yes' if row[c] else 'no':>11}" for c in columns)
+        refused = "-" if row["syscalls_refused"] is None else f"{row['syscalls_refused']}/{row['syscalls_checked']}"
         ratio = row.get("ratio_to_namespaces")
-        print(f"{mode:<12}{cells}{row['median_ms']:>11.1f}{'-' if ratio is None else f'{ratio:.2f}':>7}")
+        print(f"{mode:<12}{cells}{refused:>9}{row['median_ms']:>11.1f}{'-' if ratio is None else f'{ratio:.2f}':>7}")
+    print("seccomp: the code's process runs under the filter; refused: the calls of REFUSED_SYSCALLS it refused, "
+          "each made through ctypes (-: no ctypes there)")
+    for mode, row in modes.items():
+        if row["started"] and row["syscalls_not_as_promised"]:
+            print(f"{mode}: not as promised: {', '.join(row['syscalls_not_as_promised'])}")
+        elif row["started"] and row["syscall_probe_error"]:
+            print(f"{mode}: the system calls could not be probed: {row['syscall_probe_error'][:100]}")
+    if seccomp_cost:
+        print(f"namespaces: {seccomp_cost['namespaces_median_ms']:.1f} ms a call with the seccomp filter, "
+              f"{seccomp_cost['namespaces_without_filter_median_ms']:.1f} ms without it (before): ratio with / without "
+              f"{seccomp_cost['ratio_with_over_without']:.2f}")
     print(f"wrote {args.out}")
     return report
 

@@ -39,12 +39,13 @@ os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORM
 sys.path.insert(0, str(ROOT))
 
 import grpo_search  # noqa: E402
+import instruments  # noqa: E402
 
 
 def run_arm(turn_credit: bool, seed: int, args) -> dict:
     """One demo run; the time of each mid-run evaluation is taken out of the training clock."""
     evaluations, evaluating = [], {"seconds": 0.0}
-    original = grpo_search.MidRunEval.on_step_end
+    original = instruments.MidRunEval.on_step_end
 
     def timed(self, train_args, state, control, **kwargs):
         started = time.perf_counter()
@@ -55,7 +56,7 @@ def run_arm(turn_credit: bool, seed: int, args) -> dict:
             evaluations.append({"step": state.global_step, "exact_match": accuracy,
                                 "train_seconds": round(time.perf_counter() - clock - evaluating["seconds"], 1)})
 
-    grpo_search.MidRunEval.on_step_end = timed
+    instruments.MidRunEval.on_step_end = timed
     try:
         with tempfile.TemporaryDirectory() as out:
             clock = time.perf_counter()
@@ -66,7 +67,7 @@ def run_arm(turn_credit: bool, seed: int, args) -> dict:
                                         args.eval_examples, "--save_steps", 10_000, "--print_samples_every", 0,
                                         *(["--turn_credit"] if turn_credit else [])])
     finally:
-        grpo_search.MidRunEval.on_step_end = original
+        instruments.MidRunEval.on_step_end = original
     targets = {}
     for gain in args.gains:
         target = evaluations[0]["exact_match"] + gain

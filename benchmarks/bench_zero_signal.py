@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpo_math  # noqa: E402
 import grpo_tools  # noqa: E402
+import instruments  # noqa: E402
 
 DEMOS = {"math": (grpo_math, "toy_math", 400), "tools": (grpo_tools, "toy_tools", 160)}  # script, data, prompts
 
@@ -55,7 +56,7 @@ def run_arm(demo: str, rest: int, seed: int, args) -> dict:
     """One demo run; the time of each mid-run evaluation is taken out of the training clock."""
     script, data, prompts = DEMOS[demo]
     evaluations, evaluating = [], {"seconds": 0.0}
-    original = script.MidRunEval.on_step_end
+    original = instruments.MidRunEval.on_step_end
 
     def timed(self, train_args, state, control, **kwargs):
         started = time.perf_counter()
@@ -66,7 +67,7 @@ def run_arm(demo: str, rest: int, seed: int, args) -> dict:
             evaluations.append({"step": state.global_step, "accuracy": accuracy,
                                 "train_seconds": round(time.perf_counter() - clock - evaluating["seconds"], 1)})
 
-    script.MidRunEval.on_step_end = timed
+    instruments.MidRunEval.on_step_end = timed
     try:
         with tempfile.TemporaryDirectory() as out:
             dataset = subset(data, args.train_prompts or prompts, Path(out) / "data")
@@ -79,7 +80,7 @@ def run_arm(demo: str, rest: int, seed: int, args) -> dict:
             seconds = time.perf_counter() - clock - evaluating["seconds"]
             logs = json.loads((Path(out) / "run" / "trainer_state.json").read_text())["log_history"]
     finally:
-        script.MidRunEval.on_step_end = original
+        instruments.MidRunEval.on_step_end = original
     quiet = [entry["frac_reward_zero_std"] for entry in logs if "frac_reward_zero_std" in entry]
     passed_over = [entry["zero_signal/passed_over"] for entry in logs if "zero_signal/passed_over" in entry]
     targets = {}

@@ -28,7 +28,7 @@ for key, before in results["before"].items():
     if isinstance(before, (int, float)) and key in results["after"]:
         print(f"{key:<{width}}{number(before):>8}{number(results['after'][key]):>8}")
 if "signal" in results["before"]:
-    print(signal_report(results["before"]))
+    print(instruments.signal_report(results["before"]))
 print(f"{len(results['warnings'])} monitor warning(s)", *[w["message"] for w in results["warnings"]], sep="\n")
 
 # %% [markdown]

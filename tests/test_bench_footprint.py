@@ -50,7 +50,7 @@ def test_random_model_folder_loads_with_a_chat_template_and_the_tokenizers_eos(t
 def test_flags_are_ones_grpo_math_accepts(tmp_path, variant):
     argv = bench.grpo_math_argv(tmp_path / "model", tmp_path / "out", variant, steps=3, max_completion_length=48,
                                 gradient_accumulation_steps=2)
-    script_args, training_args, model_args = grpo_math.parse_args(argv)  # a typo in a flag raises here
+    script_args, training_args, model_args, *_ = grpo_math.parse_args(argv)  # a typo in a flag raises here
     assert training_args.max_steps == 3 and training_args.max_completion_length == 48
     assert training_args.gradient_accumulation_steps == 2 and training_args.per_device_train_batch_size == 8
     assert training_args.save_strategy == "no" and training_args.logging_steps == 1
@@ -92,7 +92,7 @@ def test_tool_script_flags_are_ones_the_scripts_accept(tmp_path, run):
     argv = bench.grpo_math_argv(tmp_path / "model", tmp_path / "out", run, steps=3, max_completion_length=48,
                                 gradient_accumulation_steps=1, script=script)
     argv = [a for a in argv if a != "--use_vllm"]  # vLLM is not installed here: the rest must parse
-    script_args, training_args, model_args = recipe.parse_args(argv)
+    script_args, training_args, model_args, *_ = recipe.parse_args(argv)
     assert training_args.max_steps == 3 and script_args.dataset_name == str(bench.DATASETS[script])
     assert training_args.vllm_mode == "colocate" and ("--use_vllm" in flags) == ("vllm" in run)
 

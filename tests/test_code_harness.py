@@ -1,5 +1,6 @@
-"""grpo_code.py's hidden-test harness: every HumanEval reference solution passes, broken ones fail exactly where a
-plain harness says they fail, and code that tries to fool the harness scores nothing it did not earn."""
+"""The hidden-test harness of sandbox.py (grpo_code.py's reward calls it): every HumanEval reference solution passes,
+broken ones fail exactly where a plain harness says they fail, and code that tries to fool the harness scores
+nothing it did not earn."""
 
 import ast
 import gzip
@@ -10,13 +11,13 @@ import sys
 import pytest
 from conftest import REPO
 
-import grpo_code as gc
+import sandbox
 
 HUMANEVAL = [json.loads(line) for line in gzip.open(REPO / "tests" / "data" / "humaneval" / "HumanEval.jsonl.gz", "rt")]
 
 
 def hidden_tests(task, solution):
-    return gc.run_hidden_tests(solution, task["test"], task["entry_point"], task["prompt"])
+    return sandbox.run_hidden_tests(solution, task["test"], task["entry_point"], task["prompt"])
 
 
 def test_humaneval_is_complete():
@@ -24,7 +25,7 @@ def test_humaneval_is_complete():
 
 
 def test_every_humaneval_reference_solution_passes_every_case():
-    results = gc.run_hidden_tests_batch([t["prompt"] + t["canonical_solution"] for t in HUMANEVAL],
+    results = sandbox.run_hidden_tests_batch([t["prompt"] + t["canonical_solution"] for t in HUMANEVAL],
                                         [t["test"] for t in HUMANEVAL], [t["entry_point"] for t in HUMANEVAL],
                                         [t["prompt"] for t in HUMANEVAL])
     failing = {t["task_id"]: r for t, r in zip(HUMANEVAL, results) if not r["passed"] or not all(r["passed"])}
@@ -33,7 +34,7 @@ def test_every_humaneval_reference_solution_passes_every_case():
 
 
 def test_a_solution_that_returns_none_fails_every_humaneval_task():
-    results = gc.run_hidden_tests_batch([t["prompt"] + "    return None\n" for t in HUMANEVAL],
+    results = sandbox.run_hidden_tests_batch([t["prompt"] + "    return None\n" for t in HUMANEVAL],
                                         [t["test"] for t in HUMANEVAL], [t["entry_point"] for t in HUMANEVAL],
                                         [t["prompt"] for t in HUMANEVAL])
     assert not [t["task_id"] for t, r in zip(HUMANEVAL, results) if r["passed"] and all(r["passed"])]
@@ -73,7 +74,7 @@ def plain_harness_passes(program: str) -> bool:
 def test_off_by_one_solutions_fail_where_a_plain_harness_says_they_fail():
     mutants = [(t, m) for t in HUMANEVAL if (m := off_by_one(t)) is not None]
     assert len(mutants) > 100
-    results = gc.run_hidden_tests_batch([m for _, m in mutants], [t["test"] for t, _ in mutants],
+    results = sandbox.run_hidden_tests_batch([m for _, m in mutants], [t["test"] for t, _ in mutants],
                                         [t["entry_point"] for t, _ in mutants], [t["prompt"] for t, _ in mutants])
     ours = [bool(r["passed"]) and all(r["passed"]) for r in results]
     import concurrent.futures
@@ -236,7 +237,7 @@ def test_a_fork_bomb_does_not_fail_honest_solutions_scored_beside_it():
     thread = threading.Thread(target=lambda: bombed.update(hidden_tests(ADD, bomb)))
     thread.start()
     time.sleep(0.5)  # the bomb now holds every process slot, until its load times out
-    honest = gc.run_hidden_tests_batch(["def add(a, b):\n    return a + b\n"] * 4, [ADD["test"]] * 4, ["add"] * 4,
+    honest = sandbox.run_hidden_tests_batch(["def add(a, b):\n    return a + b\n"] * 4, [ADD["test"]] * 4, ["add"] * 4,
                                        [ADD["prompt"]] * 4)
     thread.join()
     assert bombed["passed"] == [False, False, False] and "timed out" in bombed["errors"][0]

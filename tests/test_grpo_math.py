@@ -1,5 +1,6 @@
 """grpo_math.py run the way users run it: as a command, from Python, with bad input, resumed."""
 
+import importlib.util
 import json
 import re
 import signal
@@ -13,6 +14,7 @@ import yaml
 from conftest import FAST_RUN, REPO, TINY_MODEL, TOY_DATA, offline_env, run_script
 
 import grpo_math as gm
+import instruments
 
 
 def read_state(output_dir: Path) -> dict:
@@ -50,12 +52,12 @@ def test_the_plot_shows_the_share_of_groups_with_no_signal(tmp_path, monkeypatch
     monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kwargs: drawn.update(figure=fig))
     log = [{"step": s, "reward": 0.1 * s, "rewards/correctness_reward/mean": 0.1 * s, "completions/mean_length": 50,
             "frac_reward_zero_std": share} for s, share in [(1, 0.75), (2, 0.5), (3, 0.25)]]
-    assert gm.plot_curves(log, tmp_path / "curves.png") == tmp_path / "curves.png"
+    assert instruments.plot_curves(log, tmp_path / "curves.png") == tmp_path / "curves.png"
     lines = {line.get_label(): line for ax in drawn["figure"].axes for line in ax.get_lines()}
     no_signal = lines["groups with no signal"]
     assert list(no_signal.get_xdata()) == [1, 2, 3] and list(no_signal.get_ydata()) == [0.75, 0.5, 0.25]
     assert tuple(no_signal.axes.get_ylim()) == (0, 1)
-    gm.plot_curves([{k: v for k, v in entry.items() if k != "frac_reward_zero_std"} for entry in log], tmp_path / "b")
+    instruments.plot_curves([{k: v for k, v in entry.items() if k != "frac_reward_zero_std"} for entry in log], tmp_path / "b")
     assert "groups with no signal" not in {line.get_label() for ax in drawn["figure"].axes for line in ax.get_lines()}
 
 
@@ -81,7 +83,7 @@ def test_yaml_and_flags_override_defaults(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"learning_rate": 3e-5, "max_steps": 7, "question_column": "q",
                                       "model_name_or_path": str(TINY_MODEL)}))
-    script_args, training_args, model_args = gm.parse_args(["--config", str(config), "--max_steps", "9"])
+    script_args, training_args, model_args, *_ = gm.parse_args(["--config", str(config), "--max_steps", "9"])
     assert training_args.learning_rate == 3e-5  # from YAML
     assert training_args.max_steps == 9  # the flag beats YAML
     assert script_args.question_column == "q"
@@ -89,14 +91,14 @@ def test_yaml_and_flags_override_defaults(tmp_path):
 
 
 def test_demo_settings_apply_without_gpu_but_flags_win():
-    script_args, training_args, model_args = gm.parse_args(["--max_steps", "3"])
+    script_args, training_args, model_args, *_ = gm.parse_args(["--max_steps", "3"])
     assert model_args.model_name_or_path == gm.DEMO_SETTINGS["model_name_or_path"]
     assert script_args.dataset_name == gm.DEMO_SETTINGS["dataset_name"]
     assert training_args.learning_rate == gm.DEMO_SETTINGS["learning_rate"]
     assert training_args.max_steps == 3
     assert not training_args.bf16 and not training_args.fp16  # fp32 on CPU
     # Choosing a model turns the demo off: the recipe's real defaults apply.
-    script_args, training_args, model_args = gm.parse_args(["--model_name_or_path", str(TINY_MODEL)])
+    script_args, training_args, model_args, *_ = gm.parse_args(["--model_name_or_path", str(TINY_MODEL)])
     assert training_args.learning_rate == 5e-6
     assert script_args.dataset_name == "openai/gsm8k" and script_args.dataset_config == "main"
 
@@ -117,14 +119,17 @@ BAD_INPUTS = [
     (["--dataset_name", "data/gsm8k"], "cannot load dataset"),
     (["--resume_from_checkpoint", "last"], "no checkpoint"),
     (["--reward_weights", "1.0", "2.0"], "--reward_weights"),
+    (["--learning_rate", "-1"], "--learning_rate -1.0 is out of range: it must be more than 0"),
+    (["--max_completion_length", "0"], "--max_completion_length 0 is out of range: it must be 1 or more"),
+    (["--output_dir", __file__], "is a file: pass a folder"),
 ]
 
 
 @pytest.mark.parametrize("flags, expected", BAD_INPUTS)
 def test_bad_input_raises_a_clear_error(flags, expected, tmp_path):
-    if expected == "pip install bitsandbytes" and gm.importlib.util.find_spec("bitsandbytes"):
+    if expected == "pip install bitsandbytes" and importlib.util.find_spec("bitsandbytes"):
         pytest.skip("bitsandbytes is installed here, so this error cannot occur")
-    if expected == "pip install vllm" and gm.importlib.util.find_spec("vllm"):
+    if expected == "pip install vllm" and importlib.util.find_spec("vllm"):
         pytest.skip("vllm is installed here, so this error cannot occur")
     args = [*FAST_RUN, "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *flags]
     with pytest.raises(gm.RecipeError, match=re.escape(expected)):

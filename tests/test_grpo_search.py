@@ -10,6 +10,7 @@ import torch
 from conftest import REPO, run_script
 
 import grpo_search as gs
+import instruments
 
 TINY_SEARCH_MODEL = REPO / "assets" / "tiny-qwen-search"
 TOY_SEARCH_DATA = REPO / "assets" / "toy_search"
@@ -104,14 +105,14 @@ def test_the_index_is_built_once_and_cached(tmp_path, monkeypatch):
     assert again.search("Oren Dask", 3) == first.search("Oren Dask", 3)
     monkeypatch.undo()
     changed = gs.SearchIndex(DOCS[:3] + [{**DOCS[3], "text": "changed"}], tmp_path)
-    assert changed.path != first.path and changed.search("changed", 1) == ["d4"]
+    assert changed.path != first.path and changed.search("changed", 1) == ("d4",)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bm25s-")]  # no half-written folder left
 
 
 def test_an_unwritable_cache_folder_still_gives_an_index(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    assert gs.SearchIndex(DOCS, blocker / "index").search("Kai Lo", 1) == ["Kai Lo"]
+    assert gs.SearchIndex(DOCS, blocker / "index").search("Kai Lo", 1) == ("Kai Lo",)
 
 
 # ---- the rubric -----------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def answer(text):
 
 
 def total(trajectory, env, gold="Tollmere"):
-    return gs.score([trajectory], answer=[[gold]], environments=[env])[0]
+    return instruments.score(gs.RUBRIC, [trajectory], answer=[[gold]], environments=[env])[0]
 
 
 def test_two_hops_earn_the_answer_and_both_credits(index):
@@ -295,7 +296,7 @@ def test_hotpotqa_rows_give_questions_a_corpus_and_supporting_documents(tmp_path
                        [f"Title {n}", "Shared"], layout) for n in range(8)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
     (tmp_path / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[6:]))
-    script_args, _, _ = gs.parse_args(["--dataset_name", str(tmp_path), "--model_name_or_path", str(TINY_SEARCH_MODEL)])
+    script_args, *_ = gs.parse_args(["--dataset_name", str(tmp_path), "--model_name_or_path", str(TINY_SEARCH_MODEL)])
     tokenizer = gs.load_tokenizer(SimpleNamespace(model_name_or_path=str(TINY_SEARCH_MODEL), model_revision=None),
                                   SimpleNamespace(trust_remote_code=False))
     train, test, corpus = gs.load_data(script_args, tokenizer, seed=0)

@@ -11,6 +11,7 @@ import pytest
 from conftest import FAST_RUN, REPO, offline_env, run_script
 
 import grpo_math as gm
+import instruments
 
 BREVITY = '''
 
@@ -51,11 +52,17 @@ def replay_with(script, run_dir):
 def recorded(run_dir):
     """(file, completion) for every recorded completion, in the order replay reads them."""
     rows = []
-    for name in gm.REPLAYED_FILES:
+    for name in instruments.REPLAYED_FILES:
         if (run_dir / name).is_file():
             for line in (run_dir / name).read_text().splitlines():
                 rows.append((name, json.loads(line)))
     return rows
+
+
+def side(total, mean):
+    """-1, 0 or 1: below, at or above the group's mean; within 1e-6 is at it (the mean of equal totals can round
+    off by 1e-16, and training's scores are TRL's float32 copies)."""
+    return (round(total - mean, 6) > 0) - (round(total - mean, 6) < 0)
 
 
 def tau_by_hand(old, new):
@@ -82,7 +89,8 @@ def test_the_unchanged_rubric_replays_every_score_as_recorded(math_run):
     rows = recorded(math_run)
     assert len(records) == report["completions"] == sum(len(row["completions"]) for _, row in rows)
     for record in records:
-        assert record["after"] == record["before"] and record["total_after"] == pytest.approx(record["total_before"])
+        assert record["after"] == pytest.approx(record["before"])  # training's scores: TRL's float32 copies
+        assert record["total_after"] == pytest.approx(record["total_before"])
     assert report["not_replayed"] == {} and report["moved_most"] == []
     groups = report["groups"]
     # 6 held-out questions x 4 samples before training (the evaluation after it is greedy), and every training
@@ -102,6 +110,7 @@ def test_an_edited_rubric_is_checked_against_a_hand_computation(math_run, tmp_pa
     fork, original = tmp_path / "my_grpo_math.py", (REPO / "grpo_math.py").read_text()
     fork.write_text(original.replace("\n# %% [markdown]\n# ## Training\n", BREVITY + "\n# %% [markdown]\n# ## Training\n", 1))
     assert fork.read_text() != original
+    (tmp_path / "instruments.py").write_text((REPO / "instruments.py").read_text())  # rewards.py stays behind
     result = replay_with(fork, math_run)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((math_run / "replay.json").read_text())
@@ -127,7 +136,7 @@ def test_an_edited_rubric_is_checked_against_a_hand_computation(math_run, tmp_pa
     for group in groups:
         old, new = [expected[i][0] for i in group], [expected[i][1] for i in group]
         mean_old, mean_new = sum(old) / len(old), sum(new) / len(new)
-        flips += sum((o > mean_old) != (n > mean_new) or (o < mean_old) != (n < mean_new) for o, n in zip(old, new))
+        flips += sum(side(o, mean_old) != side(n, mean_new) for o, n in zip(old, new))
         if len(set(old)) > 1 and len(set(new)) > 1:
             taus.append(tau_by_hand(old, new))
         best += old.index(max(old)) != new.index(max(new))
@@ -147,7 +156,8 @@ def test_the_hack_battery_reports_a_hack_the_edited_rubric_pays_for(math_run, tm
     fork.write_text((REPO / "grpo_math.py").read_text().replace(
         "\n# %% [markdown]\n# ## Training\n",
         "\nRUBRIC = [(lenient_format_reward, 1.0), (numeric_answer_reward, 1.0)]\n\n# %% [markdown]\n# ## Training\n", 1))
-    (tmp_path / "rewards.py").write_text((REPO / "rewards.py").read_text())
+    for module in ("rewards.py", "instruments.py"):
+        (tmp_path / module).write_text((REPO / module).read_text())
     result = replay_with(fork, math_run)
     assert result.returncode == 0, result.stderr[-3000:]
     battery = json.loads((math_run / "replay.json").read_text())["hack_battery"]
@@ -247,6 +257,30 @@ def test_replayed_calls_are_those_trl_ran_and_junk_is_passed_over():
     trajectory = ["not a message", {"role": "assistant", "tool_calls": {"not": "a list"}},
                   {"role": "assistant", "tool_calls": [call, bad]}, {"role": "tool", "content": "6"},
                   {"role": "tool", "content": "Error"}, {"role": "assistant", "tool_calls": [call]}]  # unanswered
-    env = gt.replayed_environment(SimpleNamespace(tool_call_budget=3), {}, trajectory)
+    env = instruments.replayed_environment(gt, SimpleNamespace(tool_call_budget=3), {}, trajectory)
     assert (env.calls, env.failures) == (2, 1)
-    assert gm.replayed_environment(SimpleNamespace(), {}, trajectory) is None  # no tools in grpo_math.py
+    assert instruments.replayed_environment(gm, SimpleNamespace(), {}, trajectory) is None  # no tools in grpo_math.py
+
+
+def test_a_read_only_run_folder_is_replayed_into_the_replays_own_folder(math_run, tmp_path, monkeypatch):
+    """A run folder that cannot be written to (an archived or shared run) is read, and the replay's files go to the
+    replay's own --output_dir, said in one line; with neither writable, one line names the fix."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    original = Path.write_text
+
+    def refuse_in(*folders):
+        def write_text(path, *args, **kwargs):
+            if path.parent in folders:
+                raise PermissionError(13, "Permission denied")
+            return original(path, *args, **kwargs)
+        return write_text
+
+    monkeypatch.setattr(Path, "write_text", refuse_in(math_run))
+    report = instruments.replay(math_run, gm, SimpleNamespace(), tmp_path / "elsewhere")
+    assert report["written_to"] == str(tmp_path / "elsewhere")
+    assert json.loads((tmp_path / "elsewhere" / "replay.json").read_text())["completions"] == report["completions"]
+    monkeypatch.setattr(Path, "write_text", refuse_in(math_run, tmp_path / "nowhere"))
+    with pytest.raises(gm.RecipeError, match="pass a writable --output_dir"):
+        instruments.replay(math_run, gm, SimpleNamespace(), tmp_path / "nowhere")

@@ -10,6 +10,7 @@ import torch
 from conftest import REPO, run_script
 
 import grpo_search as gs
+import context_folding
 
 LONG_CONFIG = REPO / "assets" / "long_search.yaml"
 LONG_MODEL = REPO / "assets" / "tiny-qwen-search-long"
@@ -36,11 +37,11 @@ def conversation(hops):
 # ---- folding, by hand ------------------------------------------------------------------------------
 def test_a_fold_keeps_the_last_turns_whole_and_leaves_one_line_per_dropped_call():
     messages = conversation(3)  # six turns
-    folded, lines = gs.fold_context(messages, QUESTION)
-    assert folded[0] == messages[0] and folded[2:] == messages[-2 * gs.FOLD_KEEP_TURNS:]  # the current turn, whole
-    assert len(lines) == 6 - gs.FOLD_KEEP_TURNS
+    folded, lines = context_folding.fold_context(messages, QUESTION)
+    assert folded[0] == messages[0] and folded[2:] == messages[-2 * context_folding.FOLD_KEEP_TURNS:]  # the current turn, whole
+    assert len(lines) == 6 - context_folding.FOLD_KEEP_TURNS
     assert lines[0] == '- search("Scholar 0") showed: d0 d90' and lines[1] == '- open("d0", 2) showed: d0'
-    assert folded[1]["content"] == f"{QUESTION}\n\n{gs.FOLDED}\n" + "\n".join(lines)
+    assert folded[1]["content"] == f"{QUESTION}\n\n{context_folding.FOLDED}\n" + "\n".join(lines)
 
 
 def test_folding_again_keeps_earlier_lines_and_notes_outlive_the_cap():
@@ -48,10 +49,10 @@ def test_folding_again_keeps_earlier_lines_and_notes_outlive_the_cap():
     messages[2:2] = turn("note", "Noted.", text="the chain so far: 318 -> 742")
     question, lines_seen = QUESTION, []
     for hop in range(1, 12):  # fold after every new hop, as a long episode would
-        messages, lines = gs.fold_context(messages, question)
+        messages, lines = context_folding.fold_context(messages, question)
         lines_seen += lines
-        block = messages[1]["content"].split(gs.FOLDED, 1)[1].strip().splitlines()
-        assert len(block) <= gs.FOLD_MAX_LINES + 1  # the lines, and at most one count of the others
+        block = messages[1]["content"].split(context_folding.FOLDED, 1)[1].strip().splitlines()
+        assert len(block) <= context_folding.FOLD_MAX_LINES + 1  # the lines, and at most one count of the others
         assert "- note: the chain so far: 318 -> 742" in block  # the model's note survives every fold
         messages += conversation(hop + 1)[-4:]
     hidden = int(re.search(r"- (\d+) earlier tool calls", messages[1]["content"]).group(1))
@@ -61,7 +62,7 @@ def test_folding_again_keeps_earlier_lines_and_notes_outlive_the_cap():
 
 def test_nothing_to_fold_leaves_the_conversation_as_it_was():
     messages = conversation(1)
-    folded, lines = gs.fold_context(messages, QUESTION)
+    folded, lines = context_folding.fold_context(messages, QUESTION)
     assert lines == [] and folded[2:] == messages[2:]
 
 
@@ -120,7 +121,7 @@ def test_a_scripted_agent_solves_depth_8_questions_inside_the_window(tmp_path, s
         assert episode["tool_calls"] == 16 and episode["parsed_answer"] in row["answer"]
         assert episode["folds"] and episode["peak_context_tokens"] <= window
         assert all(fold["tokens_after"] < fold["tokens_before"] for fold in episode["folds"])
-        assert sum(len(fold["dropped"]) for fold in episode["folds"]) >= 16 - 2 * gs.FOLD_KEEP_TURNS
+        assert sum(len(fold["dropped"]) for fold in episode["folds"]) >= 16 - 2 * context_folding.FOLD_KEEP_TURNS
     assert max(scripted) < window  # no context the model was shown passed the window
     # Unfolded, with all the completion budget it wants, the same agent runs out of the model's 1024 positions
     gs.main(long_flags(tmp_path, "--eval_only", "--max_hops", "8", "--num_eval_examples", "100",
@@ -184,9 +185,9 @@ def test_turn_credit_reaches_the_turns_of_every_segment(tmp_path, scripted, monk
     (output, segments), = captured
     turn_table = tables[-1]
     mask = (output["completion_mask"] * output["tool_mask"]).bool()
-    order = [(n, sum(gs.turns_in(m) for _, _, m, _ in s)) for n, s in enumerate(segments)]  # own rows: last segment
+    order = [(n, sum(context_folding.turns_in(m) for _, _, m, _ in s)) for n, s in enumerate(segments)]  # own rows: last segment
     for n, s in enumerate(segments):
-        order += [(n, sum(gs.turns_in(m) for _, _, m, _ in s[:k])) for k in range(len(s))]
+        order += [(n, sum(context_folding.turns_in(m) for _, _, m, _ in s[:k])) for k in range(len(s))]
     assert len(order) == len(output["advantages"]) and any(len(s) for s in segments)
     checked = 0
     for r, (n, first) in enumerate(order):

@@ -1,8 +1,9 @@
-"""Each script is a recipe on top, machinery below one marked line. Above the line is what a forker edits (config,
-data, tools, rubric, the call that trains); it may differ freely between scripts. Below the line, every part is
-written out in each script that needs it (a user copies one file), and every copy must be the same text, comments
-included, so that a fix cannot land in one copy only. The few parts that only one recipe needs are listed below,
-with the reason."""
+"""Each script is a recipe on top, and below one marked line the little it needs to run on its own (flags, loading,
+reading data, generation, main). Above the line is what a forker edits (config, data, tools, rubric, the call that
+trains); it may differ freely between scripts. Below the line, every part is written out in each script that needs
+it (a user copies one file), and every copy must be the same text, comments included, so that a fix cannot land in
+one copy only. The few parts that only some recipes need are listed below, with the reason. What a forker does not
+edit (the run instruments, the sandbox) is not copied at all: instruments.py and sandbox.py, imported."""
 
 import ast
 import re
@@ -17,15 +18,11 @@ MACHINERY_LINE = ("# ---- machinery: the same in every script, held identical by
 # Machinery cells that only some scripts need, by the first line of their markdown; every other one is in all four.
 TOOL_SCRIPTS = {"grpo_tools.py", "grpo_code.py", "grpo_search.py"}
 NEEDED_BY = {
-    "# ## The sandbox behind `run_python`": {"grpo_tools.py", "grpo_code.py"},  # run_python, the hidden tests
-    "# ## `run_python`": {"grpo_tools.py", "grpo_code.py"},
     "# ## Multi-turn rollouts": TOOL_SCRIPTS,  # evaluation with the tools enabled
     "# ## Single-turn generation": {"grpo_math.py"},  # the only single-turn recipe: plain generate(), no tools
-    "# ## Hidden tests": {"grpo_code.py"},  # the tests that score a solution, run in the sandbox
     "# ## Task layouts": {"grpo_code.py"},  # HumanEval / MBPP / own rows -> tasks, reference solutions checked
     "# ## The search index": {"grpo_search.py"},  # BM25 over the corpus, cached on disk
     "# ## Question layouts and the corpus": {"grpo_search.py"},  # HotpotQA / own rows -> questions, documents
-    "# ## Folding rollouts": {"grpo_search.py"},  # --max_context_tokens: the tool loop that folds, segment rows
 }
 TARGETS = {"RUBRIC": 450, "DEFAULT_MODEL": 150}  # the line each must be on or before: what a forker edits, first
 
@@ -97,8 +94,10 @@ def test_what_a_forker_edits_comes_first(script):
     tools = script in TOOL_SCRIPTS
     for name in ("SYSTEM_PROMPT", "load_data", "RUBRIC", "build_trainer", "evaluate", *["ToolEnvironment"] * tools):
         assert name in definitions(recipe), f"{script}: {name} belongs above the machinery line"
-    for name in ("main", "parse_args", "rollouts" if tools else "generate_answers", "plot_curves"):
+    for name in ("main", "parse_args", "load_tokenizer", "rollouts" if tools else "generate_answers"):
         assert name in definitions(machinery), f"{script}: {name} belongs below the machinery line"
+    for name in ("plot_curves", "RunMonitor", "replay", "ZeroSignalSampler", "_Sandbox", "run_hidden_tests"):
+        assert name not in definitions(text), f"{script}: {name} is instruments.py's or sandbox.py's, imported"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -114,45 +113,82 @@ def test_the_recipe_runs_without_the_machinery(script):
 def test_drift_is_caught():
     """The checks above fail when one copy changes (code or comment), when a part moves above the line, and when a
     cell is missing from a script that needs it."""
-    edited = TEXTS["grpo_code.py"].replace("MONITOR_WINDOW = 5 ", "MONITOR_WINDOW = 6 ")
-    assert [p for p in differing({**TEXTS, "grpo_code.py": edited}) if "Watching the run" in p]
+    edited = TEXTS["grpo_code.py"].replace("size = min(size, len(train) // 2)", "size = min(size, len(train) // 3)")
+    assert edited != TEXTS["grpo_code.py"]
+    assert [p for p in differing({**TEXTS, "grpo_code.py": edited}) if "Reading data" in p]
     comment = TEXTS["grpo_tools.py"].replace("# the padding repeats rows", "# padding repeats rows")
     assert [p for p in differing({**TEXTS, "grpo_tools.py": comment}) if "Multi-turn rollouts" in p]
     recipe, machinery = split(TEXTS["grpo_math.py"])
-    plots = cells(machinery)["# ## Plots"]
-    moved = recipe + plots + machinery.replace(plots, "")
+    reading = cells(machinery)["# ## Reading data"]
+    moved = recipe + reading + machinery.replace(reading, "")
     assert [p for p in differing({**TEXTS, "grpo_math.py": moved}) if "above its machinery line" in p]
     lost = TEXTS["grpo_search.py"].replace(cells(split(TEXTS["grpo_search.py"])[1])["# ## Multi-turn rollouts"], "")
     assert [p for p in differing({**TEXTS, "grpo_search.py": lost}) if "Multi-turn rollouts" in p]
-    extra = TEXTS["grpo_math.py"] + cells(split(TEXTS["grpo_code.py"])[1])["# ## Hidden tests"]
-    assert [p for p in differing({**TEXTS, "grpo_math.py": extra}) if "Hidden tests" in p]
+    extra = TEXTS["grpo_math.py"] + cells(split(TEXTS["grpo_code.py"])[1])["# ## Task layouts"]
+    assert [p for p in differing({**TEXTS, "grpo_math.py": extra}) if "Task layouts" in p]
+
+
+def copied_code_lines(texts: dict) -> dict:
+    """{script: code lines (not blank, not a comment) that stand in a run of six or more consecutive code lines found
+    in another script too}: how much of each script is a copy."""
+    width, code = 6, {}
+    for script, text in texts.items():
+        stripped = (" ".join(line.split()) for line in text.splitlines())
+        code[script] = [line for line in stripped if line and not line.startswith("#")]
+    owners = {}
+    for script, lines in code.items():
+        for i in range(len(lines) - width + 1):
+            owners.setdefault(tuple(lines[i:i + width]), set()).add(script)
+    copied = {}
+    for script, lines in code.items():
+        marked = set()
+        for i in range(len(lines) - width + 1):
+            if len(owners[tuple(lines[i:i + width])]) > 1:
+                marked.update(range(i, i + width))
+        copied[script] = len(marked)
+    return copied
 
 
 def test_the_readme_table_counts_what_the_scripts_hold():
-    """README's "How the scripts differ" table: its line counts and line numbers are the scripts' own."""
+    """README's "How the scripts differ" table: its line counts, copy counts and line numbers are the scripts' own."""
     rows = {}
     for line in (REPO / "README.md").read_text().splitlines():
-        if line.startswith("| lines: ") or line.startswith("| `RUBRIC` on line"):
+        if line.startswith("| lines") or line.startswith("| `RUBRIC` on line") or line.startswith("| code lines"):
             label, *values = [cell.strip() for cell in line.strip("|").split("|")]
             rows[label] = [value if " / " in value else value.split(" ")[0].replace(",", "") for value in values]
     machinery = {script: cells(split(text)[1]) for script, text in TEXTS.items()}
+    copied = copied_code_lines(TEXTS)
     for column, script in enumerate(SCRIPTS):
         text = TEXTS[script]
         recipe, below = split(text)
         own = sum(cell.count("\n") for heading, cell in machinery[script].items()
                   if sum(heading in found for found in machinery.values()) == 1)
         line = {name: text[:text.index(definitions(recipe)[name])].count("\n") + 1 for name in TARGETS}
+        assert rows["lines in all"][column] == str(text.count("\n")), script
         assert rows["lines: recipe (above the line)"][column] == str(recipe.count("\n")), script
-        assert rows["lines: machinery shared with other scripts"][column] == str(below.count("\n") - own), script
-        assert rows["lines: machinery of its own"][column] == str(own), script
+        assert rows["lines: below the line, the same in other scripts"][column] == str(below.count("\n") - own), script
+        assert rows["lines: below the line, its own"][column] == str(own), script
+        assert rows["code lines in a run of 6+ found in another script too"][column] == str(copied[script]), script
         numbers = f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
         assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == numbers, script
+    assert f"In all, {sum(copied.values()):,} code lines" in (REPO / "README.md").read_text()
+
+
+def test_the_copy_count_catches_a_copy():
+    """The measure behind the README's copy row: a pasted run of six code lines counts in both scripts."""
+    pasted = "\n".join(f"value_{n} = {n}  # a comment does not count" for n in range(6)) + "\n"
+    texts = {"a.py": "import os\n" + pasted, "b.py": pasted + "print(1)\n", "c.py": pasted[:-20] + "\n"}
+    assert copied_code_lines(texts) == {"a.py": 6, "b.py": 6, "c.py": 0}
 
 
 def test_the_two_gsm8k_recipes_read_their_data_alike():
     """grpo_math.py and grpo_tools.py train on the same data (GSM8K-style questions and numeric answers), so their
     recipe-side data and answer helpers are copies too: a fix to one must reach the other (or this test is changed
-    on purpose, when one recipe's data parts ways)."""
+    on purpose, when one recipe's data parts ways). The one difference: the tools' prompt-length check counts the
+    tools' descriptions, which are part of every prompt there."""
     math, tools = (definitions(split(TEXTS[script])[0]) for script in ("grpo_math.py", "grpo_tools.py"))
-    for name in ("load_data", "NUMBER", "parse_number", "gold_number"):  # correctness_reward: held to rewards.py too
+    for name in ("NUMBER", "parse_number", "gold_number"):  # correctness_reward: held to rewards.py too
         assert math[name] == tools[name], name
+    without_fits = [re.sub(r"(?ms)^    def fits\(row\).*?\n\n", "", helpers["load_data"]) for helpers in (math, tools)]
+    assert without_fits[0] == without_fits[1] and math["load_data"] != tools["load_data"]
+    assert "tools=tools_of(ToolEnvironment())" in tools["load_data"]

@@ -1,5 +1,6 @@
-"""The tools of grpo_tools.py under misuse: each bad input comes back promptly as readable "Error: " text, and
-run_python leaves nothing behind (processes, files, network connections) and keeps the caller's secrets."""
+"""The tools under misuse: grpo_tools.py's calculator and sandbox.py's run_python (which grpo_tools.py and
+grpo_code.py import). Each bad input comes back promptly as readable "Error: " text, and run_python leaves nothing
+behind (processes, files, network connections) and keeps the caller's secrets."""
 
 import multiprocessing
 import os
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import landlock_abi
 
-from grpo_tools import calculator, run_python
+import sandbox
+from grpo_tools import calculator
+from sandbox import run_python
 
 RUN_LIMIT_S = 15   # run_python's own wall-clock limit is 5 s; generous for a loaded 2-core machine
 CALC_LIMIT_S = 1
@@ -86,10 +89,18 @@ def pids_with(marker):
 
 
 def survivors(marker):
-    """Processes left with `marker` after a short grace for SIGKILL delivery; they are killed before returning."""
-    deadline = time.monotonic() + 3
-    while pids_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """Processes left with `marker` after a short grace for SIGKILL delivery; they are killed before returning.
+    The grace ends once none has been seen for 0.3 s (at most 3 s): a call returns when its PID 1 closes the result
+    channel, a moment before the kernel kills the rest, and one of them may only then finish exec'ing under the
+    marker's name; a process that lives on is seen throughout."""
+    deadline = quiet_since = time.monotonic()
+    deadline += 3
+    while time.monotonic() < deadline:
+        if pids_with(marker):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= 0.3:
+            break
+        time.sleep(0.02)
     left = pids_with(marker)
     for pid in left:
         try:
@@ -417,14 +428,12 @@ def test_misuse_returns_promptly_and_leaves_nothing(name):
 def test_without_namespaces_landlock_takes_over(monkeypatch, capsys):
     """No `unshare` (as in a Docker container): the next mode down is Landlock + seccomp where the kernel has it,
     and the sandbox says so once."""
-    import grpo_tools
-
-    running = grpo_tools._SANDBOX
-    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
-    monkeypatch.setattr(grpo_tools.shutil, "which", lambda name: None)
+    running = sandbox._SANDBOX
+    monkeypatch.setattr(sandbox, "_SANDBOX", None)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     monkeypatch.delenv("GRPO_SANDBOX", raising=False)
     result = timed_run("print(open('/etc/hostname').read())")
-    chosen = grpo_tools._SANDBOX
+    chosen = sandbox._SANDBOX
     try:
         assert chosen.mode == ("landlock" if landlock_abi() else "plain")
         if landlock_abi():
@@ -432,40 +441,36 @@ def test_without_namespaces_landlock_takes_over(monkeypatch, capsys):
             assert "sandbox mode landlock" in capsys.readouterr().err
     finally:
         chosen.close()
-        grpo_tools._SANDBOX = running
+        sandbox._SANDBOX = running
 
 
 def test_a_forced_mode_is_used_or_refused_in_one_line(monkeypatch):
-    import grpo_tools
-
-    running = grpo_tools._SANDBOX
-    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
+    running = sandbox._SANDBOX
+    monkeypatch.setattr(sandbox, "_SANDBOX", None)
     monkeypatch.setenv("GRPO_SANDBOX", "jail")
     try:
         assert timed_run("print(1)") == "Error: could not run the code (RuntimeError: GRPO_SANDBOX='jail': use one of " \
             "namespaces, landlock, plain, or unset it)"
     finally:
-        grpo_tools._SANDBOX = running
+        sandbox._SANDBOX = running
 
 
 def test_fallback_warns_what_is_not_contained(monkeypatch):
     """Forced into the plain mode (no namespaces, no Landlock), the sandbox still runs the code, and says what it no
     longer contains."""
-    import grpo_tools
-
-    running = grpo_tools._SANDBOX
-    monkeypatch.setattr(grpo_tools, "_SANDBOX", None)
+    running = sandbox._SANDBOX
+    monkeypatch.setattr(sandbox, "_SANDBOX", None)
     monkeypatch.setenv("GRPO_SANDBOX", "plain")
     with pytest.warns(UserWarning, match="can read this machine's files, reach the network"):
         result = timed_run("import os\nprint(os.getuid(), os.path.exists(os.path.expanduser('~')))")
-    fallback = grpo_tools._SANDBOX
+    fallback = sandbox._SANDBOX
     try:
         assert not fallback.namespaces
         assert result.split()[0] == ("65534" if os.geteuid() == 0 else str(os.geteuid()))  # root is still dropped
         assert timed_run("while True:\n    pass").startswith("Error: ")  # and the time limit still holds
     finally:
         fallback.close()
-        grpo_tools._SANDBOX = running
+        sandbox._SANDBOX = running
 
 
 USER_NAMESPACES = _unshare_works("--user", "--map-root-user", *NS_FLAGS)
@@ -474,14 +479,12 @@ USER_NAMESPACES = _unshare_works("--user", "--map-root-user", *NS_FLAGS)
 @pytest.mark.skipif(not USER_NAMESPACES, reason="this machine allows no user namespaces")
 def test_user_namespace_mode_keeps_no_capabilities(tmp_path):
     """The mode for a user who is not root: the code is root of a user namespace, with every capability given up."""
-    import grpo_tools
-
     tmp_path.chmod(0o755)
     secret, places = planted_secret(tmp_path)
-    sandbox = grpo_tools._Sandbox(["unshare", "--user", "--map-root-user", *NS_FLAGS], True, False)
+    box = sandbox._Sandbox(["unshare", "--user", "--map-root-user", *NS_FLAGS], True, False)
     try:
-        assert sandbox.status == "ready"
-        rc, output, _ = sandbox.run(
+        assert box.status == "ready"
+        rc, output, _ = box.run(
             "import ctypes, os\nstatus = open('/proc/self/status').read()\n"
             "print([line.split()[1] for line in status.splitlines() if line.startswith(('CapEff', 'CapBnd'))])\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -490,7 +493,7 @@ def test_user_namespace_mode_keeps_no_capabilities(tmp_path):
             "    try:\n        open(path, 'a')\n        print('wrote', path)\n    except OSError as e:\n"
             "        print(__import__('errno').errorcode[e.errno])")
     finally:
-        sandbox.close()
+        box.close()
         for place in places:
             place.unlink(missing_ok=True)
     lines = output.splitlines()
@@ -543,9 +546,7 @@ def test_stdin_reaches_the_code_and_no_sandbox_process_holds_it():
     forks before reading holds none of it in memory (nor does the sandbox's PID 1, which forked the code)."""
     import hashlib
 
-    import grpo_tools
-
     secret = uuid.uuid4().hex
     code = f"TARGET = {hashlib.sha256(secret.encode()).hexdigest()!r}\n" + MEMORY_SCAN
-    assert grpo_tools._run_in_sandbox(code, secret.encode()) == (0, "0 1 True\n", False)
-    assert grpo_tools._run_in_sandbox("import sys\nprint(repr(sys.stdin.read()))") == (0, "''\n", False)
+    assert sandbox._run_in_sandbox(code, secret.encode()) == (0, "0 1 True\n", False)
+    assert sandbox._run_in_sandbox("import sys\nprint(repr(sys.stdin.read()))") == (0, "''\n", False)

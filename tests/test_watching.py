@@ -7,6 +7,7 @@ import pytest
 from conftest import FAST_RUN, TINY_MODEL, TOY_DATA, run_script
 
 import grpo_math
+import instruments
 
 TRAJECTORY_FIELDS = {"step", "prompt", "answer", "completions"}
 COMPLETION_FIELDS = {"text", "greedy", "parsed_answer", "rewards", "total"}
@@ -105,7 +106,7 @@ def history(n=40, **curves):
 
 
 def rules(log_history, evals=None, max_steps=200):
-    return [w["rule"] for w in grpo_math.monitor_warnings(log_history, "correctness_reward", 3.0, max_steps, evals)]
+    return [w["rule"] for w in instruments.monitor_warnings(log_history, "correctness_reward", 3.0, max_steps, evals)]
 
 
 def test_a_healthy_run_raises_no_warning():
@@ -122,7 +123,7 @@ def test_a_healthy_run_raises_no_warning():
     ({"entropy": lambda i: max(0.05, 1.0 - i / 10)}, None, "entropy_collapse"),
 ])
 def test_each_rule_fires_on_what_it_watches(curves, evals, rule):
-    found = grpo_math.monitor_warnings(history(**curves), "correctness_reward", 3.0, 1000, evals)
+    found = instruments.monitor_warnings(history(**curves), "correctness_reward", 3.0, 1000, evals)
     assert [w["rule"] for w in found] == [rule], found
     assert any(ch.isdigit() for ch in found[0]["message"])  # it says what it saw, in numbers
 
@@ -132,7 +133,7 @@ def test_entropy_falling_late_is_not_a_collapse():
 
 
 def test_the_monitor_warns_once_per_rule(capsys):
-    monitor = grpo_math.RunMonitor(max_reward=3.0)
+    monitor = instruments.RunMonitor(max_reward=3.0)
     logs = history(frac_reward_zero_std=lambda i: 0.97)
     for end in range(10, len(logs) + 1):
         monitor.check(logs[:end], 1000)
@@ -180,7 +181,7 @@ def test_eval_only_takes_a_peft_adapter_folder(tmp_path):
 
 
 def test_sample_metrics_count_groups():
-    metrics = grpo_math.sample_metrics([0, 2, 4, 1], 4)  # right answers out of 4, for 4 questions
+    metrics = instruments.sample_metrics([0, 2, 4, 1], 4)  # right answers out of 4, for 4 questions
     assert metrics["pass@1"] == pytest.approx(7 / 16) and metrics["pass@4"] == pytest.approx(3 / 4)
     assert metrics["signal"] == {"all_wrong": 0.25, "mixed": 0.5, "all_right": 0.25}
 

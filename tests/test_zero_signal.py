@@ -11,6 +11,7 @@ from test_multiprocess import torchrun
 from trl.trainer.utils import RepeatSampler
 
 import grpo_math as gm
+import instruments  # noqa: E402
 
 
 def chunks(sampler, take: int, group: int):
@@ -23,14 +24,14 @@ def chunks(sampler, take: int, group: int):
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_with_nothing_resting_the_order_is_trls_own(shuffle):
     settings = dict(batch_size=3, mini_repeat_count=4, repeat_count=2, seed=42, shuffle=shuffle)
-    ours = gm.ZeroSignalSampler(size=12, rest=1, **settings)
+    ours = instruments.ZeroSignalSampler(size=12, rest=1, **settings)
     trl = RepeatSampler(data_source=range(12), **settings)
     assert len(ours) == len(trl) == 12 * 4 * 2
     assert list(ours) == list(trl)
 
 
 def test_a_quiet_prompt_sits_out_its_next_turn_and_comes_back():
-    sampler = gm.ZeroSignalSampler(size=6, batch_size=2, mini_repeat_count=2, repeat_count=1, seed=0,
+    sampler = instruments.ZeroSignalSampler(size=6, batch_size=2, mini_repeat_count=2, repeat_count=1, seed=0,
                                    shuffle=False, rest=1)
     stream = iter(sampler)
     first = [next(stream) for _ in range(4)]
@@ -45,7 +46,7 @@ def test_a_quiet_prompt_sits_out_its_next_turn_and_comes_back():
 
 
 def test_a_longer_rest_and_everything_resting():
-    sampler = gm.ZeroSignalSampler(size=2, batch_size=2, mini_repeat_count=1, repeat_count=1, seed=0,
+    sampler = instruments.ZeroSignalSampler(size=2, batch_size=2, mini_repeat_count=1, repeat_count=1, seed=0,
                                    shuffle=False, rest=2)
     stream = iter(sampler)
     first = [next(stream), next(stream)]
@@ -57,9 +58,9 @@ def test_a_longer_rest_and_everything_resting():
 
 
 def test_samplers_that_disagree_are_caught():
-    sampler = gm.ZeroSignalSampler(size=4, batch_size=2, mini_repeat_count=2, repeat_count=1, seed=0,
+    sampler = instruments.ZeroSignalSampler(size=4, batch_size=2, mini_repeat_count=2, repeat_count=1, seed=0,
                                    shuffle=True, rest=1)
-    with pytest.raises(gm.RecipeError, match="different prompts"):
+    with pytest.raises(RuntimeError, match="different prompts"):
         sampler.record([3, 3, 1, 2], [0.0] * 4, group_size=2)
 
 
@@ -101,7 +102,7 @@ def test_a_run_trains_exactly_the_prompts_the_rule_predicts(tmp_path):
 
     # The rule, replayed: a step's prompts are drawn after the previous step was scored (the loader reads one
     # batch ahead, but TRL's repeats of the generation batch come first)
-    sampler = gm.ZeroSignalSampler(size=16, batch_size=2, mini_repeat_count=8, repeat_count=2, seed=3,
+    sampler = instruments.ZeroSignalSampler(size=16, batch_size=2, mini_repeat_count=8, repeat_count=2, seed=3,
                                    shuffle=True, rest=1)
     stream = iter(sampler)
     for step in range(20):
