@@ -2,7 +2,8 @@
 the segments a fold leaves behind. One copy, imported by grpo_search.py, which builds its FoldingGRPOTrainer with
 trainer_class(TurnCreditGRPOTrainer, ...); the functions below take that trainer as `trainer`. What a fold keeps
 is here too (fold_context and the FOLD_* settings); the `note` tool whose text outlives a fold (--fold_notes) is
-the script's NotingEnvironment.
+the script's NotingEnvironment. It imports nothing from the project: the trainer class and the advantage function
+come in as arguments.
 
 Where it plugs in: TRL 1.16's `environment_factory` supplies the tools and `rollout_func` returns one token
 sequence per rollout; neither can change what earlier turns the model sees. So FoldingGRPOTrainer runs the tool loop

@@ -1,5 +1,6 @@
 # %% [markdown]
 # ## Imports
+# From this project: sandbox.py (runs the model's code and hidden tests; required), instruments.py (optional).
 # %%
 # /// script
 # requires-python = ">=3.10"

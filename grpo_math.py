@@ -1,5 +1,6 @@
 # %% [markdown]
 # ## Imports
+# From this project: instruments.py (the run instruments), optional: without it the script trains and evaluates.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -58,6 +59,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.models import unwrap_model_for_generation
 
@@ -347,7 +349,7 @@ def tag_count_reward(completions, **kwargs) -> list[float]:
 # %% [markdown]
 # The rubric of (reward, weight) pairs: add your reward here, and rerun this cell after editing any reward above.
 # %%
-# (reward, weight): format and bonus terms pay 1.0 in all, a right answer 2.0: gaming the format never beats solving.
+# (reward function, weight): format and bonus terms pay 1.0 together, a right answer 2.0: format never beats solving.
 RUBRIC = [
     (correctness_reward, 2.0),
     (numeric_answer_reward, 0.25),
@@ -587,8 +589,6 @@ def generate_answers(trainer, dataset, batch_size: int, num_samples: int = 0) ->
                 for i in range(len(batch_rows)):
                     answers[i] += decoded[i * per_row:(i + 1) * per_row]
             answered += zip(batch_rows, answers)
-    from accelerate.utils import gather_object
-
     trainer._questions_per_process = gather_object([len(my_rows)])
     by_row = dict(gather_object(answered))  # the padding repeats rows: one answer per row
     model.train(was_training)

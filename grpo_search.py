@@ -1,5 +1,6 @@
 # %% [markdown]
 # ## Imports
+# From this project: instruments.py (the run instruments), context_folding.py (--max_context_tokens): optional.
 # %%
 # /// script
 # requires-python = ">=3.10"
@@ -675,8 +676,7 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
 # run instruments (instruments.py), the sandbox (sandbox.py). README: "Which file holds what".
 # %% [markdown]
 # ## The search index
-# BM25 over the corpus with bm25s, built once and cached on disk beside a local corpus (else in the Hugging Face
-# cache folder), named after a hash of the documents.
+# BM25 over the corpus with bm25s, built once and cached on disk (index_folder says where).
 # %%
 class SearchIndex:
     """BM25 over documents {id, title, text} with bm25s, built once and cached on disk: a folder named after a hash

@@ -1,5 +1,6 @@
 # %% [markdown]
 # ## Imports
+# From this project: instruments.py (the run instruments) and sandbox.py (run_python's sandbox), both optional.
 # %%
 # /// script
 # requires-python = ">=3.10"

@@ -588,6 +588,14 @@ def skip_zero_signal(trainer, rest: int):
 # ---- Plots ----
 # The total reward, each reward, the completion length and the groups with no signal against step, saved as
 # `training_curves.png`.
+def share_axis(ax, points: list, color: str, label: str, ylabel: str, **style):
+    """(step, share) points drawn on their own 0-1 axis on the right of `ax`."""
+    axis = ax.twinx()
+    axis.plot(*zip(*points), color=color, label=label, **style)
+    axis.set_ylim(0, 1)
+    axis.set_ylabel(ylabel, color=color)
+
+
 def plot_curves(log_history: list[dict], path: Path):
     """Total reward, each reward component, completion length and the share of groups with no signal (all the same
     reward: zero advantage) against step, in one PNG."""
@@ -603,11 +611,8 @@ def plot_curves(log_history: list[dict], path: Path):
     axes[0].plot(steps, [entry["reward"] for entry in logs], color="black", label="training reward")
     axes[0].set_title("total reward (weighted sum)")
     held_out = [(entry["step"], entry["eval/accuracy"]) for entry in log_history if "eval/accuracy" in entry]
-    if held_out:  # on its own 0-1 axis: the line that says whether the reward is paying for the task
-        accuracy_axis = axes[0].twinx()
-        accuracy_axis.plot(*zip(*held_out), color="tab:green", marker="o", label="held-out accuracy")
-        accuracy_axis.set_ylim(0, 1)
-        accuracy_axis.set_ylabel("held-out accuracy (greedy)", color="tab:green")
+    if held_out:  # the line that says whether the reward is paying for the task
+        share_axis(axes[0], held_out, "tab:green", "held-out accuracy", "held-out accuracy (greedy)", marker="o")
         axes[0].set_title("training reward (black) and held-out accuracy (green)")
     for key in components:
         axes[1].plot(steps, [entry.get(key, math.nan) for entry in logs], label=key.split("/")[1])
@@ -617,10 +622,8 @@ def plot_curves(log_history: list[dict], path: Path):
     axes[2].set_title("mean completion length (tokens)")
     no_signal = [(entry["step"], entry["frac_reward_zero_std"]) for entry in logs if "frac_reward_zero_std" in entry]
     if no_signal:  # groups whose completions all scored the same: their advantages are zero, they teach nothing
-        signal_axis = axes[2].twinx()
-        signal_axis.plot(*zip(*no_signal), color="tab:orange", linestyle="--", label="groups with no signal")
-        signal_axis.set_ylim(0, 1)
-        signal_axis.set_ylabel("share of groups with no signal", color="tab:orange")
+        share_axis(axes[2], no_signal, "tab:orange", "groups with no signal", "share of groups with no signal",
+                   linestyle="--")
         axes[2].set_title("completion length (purple), groups with no signal (orange)")
     for ax in axes:
         ax.set_xlabel("step")

@@ -623,16 +623,16 @@ def long_search_conversation(person: dict, people: dict, env, system_prompt: str
         current = people[current["mentor"]]
 
 
-def folded_segments(conversation: list, count_tokens, window: int, grpo_search) -> list[list]:
+def folded_segments(conversation: list, count_tokens, window: int, context_folding) -> list[list]:
     """The conversation as the model sees it under --max_context_tokens `window`: one message list per segment,
-    folded with grpo_search's own fold_context where grpo_search's FoldingGRPOTrainer would fold."""
-    question, room = conversation[1]["content"], int(grpo_search.TURN_ROOM * window)
+    folded with context_folding.py's own fold_context where grpo_search.py's FoldingGRPOTrainer would fold."""
+    question, room = conversation[1]["content"], int(context_folding.TURN_ROOM * window)
     segments, active = [], list(conversation[:2])
     for n, message in enumerate(conversation[2:], start=2):
         if message["role"] == "assistant" and active[-1]["role"] == "tool" and \
                 count_tokens(active) > window - room:
             segments.append(active)
-            active, _ = grpo_search.fold_context(active, question)
+            active, _ = context_folding.fold_context(active, question)
         active.append(message)
     return segments + [active]
 
@@ -642,6 +642,7 @@ def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_
     sys.path.insert(0, str(HERE.parent))
     import tempfile
 
+    import context_folding
     import grpo_search
     import yaml
 
@@ -692,7 +693,7 @@ def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_
                                                  return_dict=False))
 
     window = settings["max_context_tokens"]
-    segments = [segment for c in conversations for segment in folded_segments(c, count_tokens, window, grpo_search)]
+    segments = [segment for c in conversations for segment in folded_segments(c, count_tokens, window, context_folding)]
     examples = [assistant_labels(tokenizer, tokenizer.apply_chat_template(segment, tools=tools, tokenize=False))
                 for segment in segments]
     longest = max(len(ids) for ids, _ in examples)

@@ -173,3 +173,21 @@ def test_correctness_agrees_with_rewards_py_on_random_input(text, gold):
     for completion in (text, f"<answer>{text}</answer>", [{"role": "assistant", "content": text}]):
         assert gt.correctness_reward([completion], answer=[gold]) == \
             rewards.correctness_reward([completion], answer=[gold])
+
+
+@pytest.mark.parametrize("script", ["grpo_tools", "grpo_code", "grpo_search"])
+def test_evaluation_stops_in_one_line_on_an_untested_trl(script, monkeypatch):
+    """Evaluation drives GRPOTrainer's internals (_generate, the tool dicts): on a TRL outside the range the suite ran
+    on, it stops before touching them, in one line naming that range, which requirements.txt pins too."""
+    import importlib
+
+    import trl
+
+    module = importlib.import_module(script)
+    requirement = next(line for line in (REPO / "requirements.txt").read_text().splitlines() if line.startswith("trl"))
+    major, minor = map(int, module.TESTED_TRL.split("."))
+    assert requirement.split("#")[0].strip() == f"trl>={module.TESTED_TRL}.0,<{major}.{minor + 1}"
+    monkeypatch.setattr(trl, "__version__", f"{major}.{minor + 1}.0")
+    expected = rf"TRL {major}\.{minor + 1}\.0 is installed.*'trl=={module.TESTED_TRL}\.\*'"
+    with pytest.raises(module.RecipeError, match=expected):
+        module.rollouts(None, [], 1)

@@ -120,9 +120,11 @@ def test_grpo_tools_notebook_gives_each_tool_its_cells():
         return found[0]
 
     calculator = {cell_defining(name) for name in ("_calc_check", "_calc_eval", "calculator")}
-    sandbox = {cell_defining(name) for name in ("_run_in_sandbox", "_sandbox_mode", "run_python")}
-    assert len(calculator) <= 2 and len(sandbox) <= 2 and not calculator & sandbox  # each tool in one or two cells
+    assert len(calculator) <= 2  # the calculator in one or two cells; run_python's sandbox is sandbox.py's, imported
+    assert not [source for source in code if re.search(r"^(def|class) _?(run_in_sandbox|sandbox_mode|Sandbox)\b",
+                                                        source, re.MULTILINE)]
     environment = cell_defining("ToolEnvironment")
+    assert "sandbox.run_python(code)" in environment  # the tool the model is offered, calling the one sandbox
     assert environment.startswith("class ToolEnvironment:")
     assert not re.search(r"^(def|class) (?!ToolEnvironment\b)", environment, re.MULTILINE)  # and nothing else
     assert "## Tools" in [cell.source.split("\n")[0] for cell in cells if cell.cell_type == "markdown"]
