@@ -924,21 +924,15 @@ def load_tokenizer(model_args, training_args):
 # A dataset from the Hub or a local file, its splits, and held-out rows when it has no test split.
 # %%
 def read_dataset(name: str, config, flag: str = "--dataset_name"):
-    """A Hub dataset, or a local file or folder, as a DatasetDict (a file's format from its extension)."""
+    """A Hub dataset, or a local file or folder, as a DatasetDict (datasets infers a file's format from its name)."""
     from datasets import load_dataset
 
     path = Path(name).expanduser()
-    suffix = ([s for s in path.suffixes if s not in (".gz", ".bz2", ".xz")] or [""])[-1]  # HumanEval.jsonl.gz too
-    builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(suffix)
-    if path.is_file() and builder is None:
-        raise RecipeError(f"cannot read {name}: use a .json, .jsonl, .parquet or .csv file (or .jsonl.gz)")
-    try:
-        return load_dataset(builder, data_files=str(path)) if path.is_file() else load_dataset(name, config)
-    except (ConnectionError, OSError) as error:  # FileNotFoundError too
-        raise RecipeError(f"cannot load dataset '{name}' ({type(error).__name__}): check the id or path given to "
-                          f"{flag} and your network, or pass a local file, e.g. {flag} data.jsonl") from None
-    except ValueError as error:  # e.g. a missing or unknown configuration name
-        raise RecipeError(f"cannot load dataset '{name}': {str(error).splitlines()[0]}") from None
+    try:  # a single file is its folder with that one data file (HumanEval.jsonl.gz too)
+        return load_dataset(str(path.parent), data_files=path.name) if path.is_file() else load_dataset(name, config)
+    except (ConnectionError, OSError, ValueError) as error:  # no such file or config, no network, an unknown format
+        raise RecipeError(f"cannot load dataset '{name}' ({str(error).splitlines()[0][:150]}): check the id or path "
+                          f"given to {flag} and your network, or pass a local file, e.g. {flag} data.jsonl") from None
 
 
 def split_of(dataset, split: str, name: str, flag: str):
@@ -954,9 +948,7 @@ def split_of(dataset, split: str, name: str, flag: str):
 def hold_out(train, size: int, seed: int):
     """(train, test): `size` rows of train held out for evaluation, never more than half of them."""
     size = min(size, len(train) // 2)
-    if size == 0:
-        return train, train.select([])
-    split = train.train_test_split(test_size=size, seed=seed)
+    split = train.train_test_split(test_size=size, seed=seed) if size else {"train": train, "test": train.select([])}
     return split["train"], split["test"]
 
 

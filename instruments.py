@@ -10,6 +10,8 @@ as `Run(globals(), ...)`.
 What is here, in the order a run meets it:
 - InstrumentArguments: the instruments' own flags, parsed beside the script's by TrlParser (as TRL's grpo.py adds
   its own dataclasses), each also a key of a --config YAML file.
+- Preflight: the checks that turn bad input into one line naming the fix before anything loads (preflight, explain,
+  template_problem).
 - Run: what main() calls around the training call: sample printing and saving, the held-out trajectory files,
   the signal report and pass@N, the run monitor, mid-run evaluation, --skip_zero_signal, eval.json, the plot and
   the before/after table.

@@ -5,7 +5,7 @@ import gzip
 import json
 
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, offline_env, run_script
 
 import grpo_code as gc
 
@@ -226,3 +226,12 @@ def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3  # went on from step 2
 
 
+
+
+def test_a_sandbox_mode_that_does_not_exist_is_one_line(tmp_path):
+    """GRPO_SANDBOX=bogus: one line naming the modes there are, not every task dropped for its columns."""
+    result = run_script([*FAST_RUN, "--max_steps", "1", "--output_dir", tmp_path / "run"], script="grpo_code.py",
+                        env=offline_env(GRPO_SANDBOX="bogus"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "GRPO_SANDBOX='bogus'" in last and "namespaces, landlock, plain" in last

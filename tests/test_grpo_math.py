@@ -200,3 +200,11 @@ def test_rows_whose_answer_states_no_number_are_dropped_and_counted(tmp_path, ca
     with pytest.raises(gm.RecipeError, match="states a single number.*--answer_column"):
         gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--output_dir", str(tmp_path / "run2")])
     assert not (tmp_path / "run2" / "checkpoint-1").exists()
+
+
+def test_a_data_file_datasets_cannot_read_is_one_line_saying_why(tmp_path):
+    """datasets infers a local file's format from its name; one it cannot read is one line with its reason."""
+    data = tmp_path / "questions.xyz"
+    data.write_text('{"question": "What is 1 + 1?", "answer": "2"}\n')
+    with pytest.raises(gm.RecipeError, match=r"cannot load dataset '.*questions\.xyz' \(.*supported extension"):
+        gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--output_dir", str(tmp_path / "run")])
