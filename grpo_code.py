@@ -541,13 +541,13 @@ def parse_args(argv=None):
         argv = [] if "ipykernel" in sys.modules else sys.argv[1:]
     argv = [str(a) for a in argv]
     flags = [ScriptArguments, RecipeConfig, ModelConfig] + ([instruments.InstrumentArguments] if instruments else [])
-    try:
-        parsed = TrlParser(flags).parse_args_and_config(argv)
-        demo = parsed[2].model_name_or_path is None and not torch.cuda.is_available()
-        if demo:  # parse again with the demo's defaults underneath the user's flags and YAML
-            parser = TrlParser(flags)
+    try:  # first the model the flags or YAML name, if any: with none and no GPU, the demo's settings are the defaults
+        named = None if {"-h", "--help"} & set(argv) else TrlParser([ModelConfig]).parse_args_and_config(
+            argv, return_remaining_strings=True)[0].model_name_or_path
+        demo, parser = named is None and not torch.cuda.is_available(), TrlParser(flags)
+        if demo:  # underneath the user's flags and YAML, which still win
             parser.set_defaults_with_config(**DEMO_SETTINGS)
-            parsed = parser.parse_args_and_config(argv)
+        parsed = parser.parse_args_and_config(argv)
     except ValueError as error:  # GRPOConfig and the instruments' flags check their values as they are built
         message = str(error).splitlines()[0]
         if "not used by the HfArgumentParser" in message and instruments is None:

@@ -97,6 +97,9 @@ def test_demo_settings_apply_without_gpu_but_flags_win():
     assert training_args.learning_rate == gm.DEMO_SETTINGS["learning_rate"]
     assert training_args.max_steps == 3
     assert not training_args.bf16 and not training_args.fp16  # fp32 on CPU
+    # The demo's own settings are the ones checked: its 64 rollouts a step take 64 generations a prompt
+    script_args, training_args, model_args, *_ = gm.parse_args(["--num_generations", "64"])
+    assert training_args.num_generations == 64 == training_args.per_device_train_batch_size
     # Choosing a model turns the demo off: the recipe's real defaults apply.
     script_args, training_args, model_args, *_ = gm.parse_args(["--model_name_or_path", str(TINY_MODEL)])
     assert training_args.learning_rate == 5e-6
