@@ -765,7 +765,12 @@ def main(argv=None):
         if run:  # the signal report, the run monitor, mid-run evaluation, --skip_zero_signal
             run.watch(trainer, results["before"], eval_dataset)
         resume = training_args.resume_from_checkpoint  # a folder, or "last": transformers finds the newest one
-        trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
+        try:
+            trainer.train(resume_from_checkpoint=True if resume == "last" else resume)
+        except KeyboardInterrupt:  # Ctrl-C: where it stopped, and how to go on, in one line
+            raise RecipeError(f"stopped at step {trainer.state.global_step}; the checkpoints are in "
+                              f"{training_args.output_dir}: continue with --resume_from_checkpoint last "
+                              f"--output_dir {training_args.output_dir}") from None
         trainer.save_model(training_args.output_dir)
         trainer.save_state()  # trainer_state.json: the full log history, next to the final model
         results["after"] = held_out("after")

@@ -379,6 +379,8 @@ class MidRunEval(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:  # a fresh run: the starting point of the curve
             self.on_step_end(args, state, control)
+        elif self.trainer.accelerator.is_main_process:  # resumed: what ran after the checkpoint runs again
+            keep_steps(self.trajectories, lambda step: step is None or step <= state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.every and len(self.dataset) and state.global_step % self.every == 0:
@@ -413,6 +415,21 @@ def with_columns_logged(reward_func):
     return wrapper
 
 
+def keep_steps(path: Path, kept) -> None:
+    """Rewrite a trajectory file with only the lines whose step `kept` accepts (and that a stopped run did not cut
+    short): a run resumed from a checkpoint writes the steps after it again, and each step stays in the file once."""
+    if not path.is_file():
+        return
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if kept(json.loads(line).get("step")):
+                lines.append(line + "\n")
+        except (ValueError, AttributeError):  # a line cut short when the run stopped
+            continue
+    path.write_text("".join(lines), encoding="utf-8")
+
+
 def as_recorded(value: float):
     """A score as TRL kept it (float32: NaN for a reward with no say), written as the 7 digits float32 holds."""
     return None if math.isnan(value) else float(f"{value:.7g}")
@@ -427,6 +444,10 @@ class TrainingSamples(TrainerCallback):
 
     def __init__(self, trainer, recipe, path: Path, per_log: int):
         self.trainer, self.recipe, self.path, self.per_log, self.saved = trainer, recipe, path, per_log, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step and self.trainer.accelerator.is_main_process:  # resumed: those steps are saved again
+            keep_steps(self.path, lambda step: step is not None and step < state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         step, kept = state.global_step - 1, self.trainer._logs  # the batch TRL kept was scored before step counted

@@ -211,3 +211,31 @@ def test_a_data_file_datasets_cannot_read_is_one_line_saying_why(tmp_path):
     data.write_text('{"question": "What is 1 + 1?", "answer": "2"}\n')
     with pytest.raises(gm.RecipeError, match=r"cannot load dataset '.*questions\.xyz' \(.*supported extension"):
         gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--output_dir", str(tmp_path / "run")])
+
+
+def test_ctrl_c_is_one_line_and_the_resumed_run_saves_each_step_once(tmp_path):
+    """Ctrl-C (SIGINT) after a checkpoint: one line with the step and the command that resumes; after the resume,
+    train_samples.jsonl and eval_midrun.jsonl hold each step once, as an uninterrupted run's do."""
+    out = tmp_path / "run"
+    steps = ["--max_steps", "12", "--save_steps", "3", "--num_eval_examples", "8", "--mid_eval_steps", "2",
+             "--num_mid_eval_examples", "4", "--output_dir", str(out)]
+    process = subprocess.Popen([sys.executable, str(REPO / "grpo_math.py"), *FAST_RUN, *steps], env=offline_env(),
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoint-6" / "trainer_state.json").exists() and process.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode != 0 and "checkpoint-12" not in {p.name for p in out.glob("checkpoint-*")}
+    assert "Traceback" not in stderr, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("grpo_math.py: error:")]  # tqdm closes its bar after
+    assert len(said) == 1 and re.match(r"grpo_math.py: error: stopped at step \d+; ", said[0]), said
+    assert f"--resume_from_checkpoint last --output_dir {out}" in said[0]
+
+    resumed = run_script([*FAST_RUN, *steps, "--resume_from_checkpoint", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    samples = [json.loads(line)["step"] for line in (out / "train_samples.jsonl").read_text().splitlines()]
+    assert sorted(set(samples)) == list(range(12)) and all(samples.count(s) == samples.count(0) for s in samples)
+    midrun = [json.loads(line)["step"] for line in (out / "eval_midrun.jsonl").read_text().splitlines()]
+    assert sorted(set(midrun)) == list(range(0, 13, 2)) and all(midrun.count(s) == 4 for s in midrun)
