@@ -124,6 +124,12 @@ class Run:
     def watch(self, trainer, before: dict, eval_dataset):
         """After the evaluation before training: the signal report, the run monitor, mid-run evaluation and
         --skip_zero_signal's sampler."""
+        if (self.args.train_samples_per_log or self.args.skip_zero_signal) and not hasattr(trainer, "_logs"):
+            import trl  # both read TRL's own log of each step, a GRPOTrainer internal: say so before training
+
+            raise self.error(f"TRL {trl.__version__}'s GRPOTrainer keeps no _logs, which train_samples.jsonl and "
+                             "--skip_zero_signal read: install the tested TRL (pip install 'trl==1.16.*'), or pass "
+                             "--train_samples_per_log 0 and no --skip_zero_signal")
         if trainer.accelerator.is_main_process and "signal" in before:
             print(signal_report(before))
         weights = self.training_args.reward_weights

@@ -203,3 +203,14 @@ def test_bad_instrument_flags_are_one_clear_error(flag, value, tmp_path):
     result = run_script([*FAST_RUN, flag, value, "--output_dir", tmp_path / "run"])
     assert result.returncode != 0 and "--eval_num_samples must be 1 or more" in result.stderr.splitlines()[-1]
     assert not (tmp_path / "run" / "eval.json").exists()
+
+
+def test_a_trl_without_the_step_log_is_one_line_before_training(tmp_path):
+    """train_samples.jsonl and --skip_zero_signal read TRL's own log of each step (GRPOTrainer._logs): a TRL
+    without it is one line naming the tested release, said before the first step, not a crash at the first log."""
+    from types import SimpleNamespace
+
+    run = instruments.Run(vars(grpo_math), *grpo_math.parse_args(["--output_dir", str(tmp_path / "run")]))
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True), add_callback=lambda callback: None)
+    with pytest.raises(grpo_math.RecipeError, match=r"keeps no _logs.*trl==1\.16\.\*"):
+        run.watch(trainer, {}, [])
