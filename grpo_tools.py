@@ -536,9 +536,12 @@ def parse_args(argv=None):
     argv = [str(a) for a in argv]
     flags = [ScriptArguments, RecipeConfig, ModelConfig] + ([instruments.InstrumentArguments] if instruments else [])
     try:  # first the model the flags or YAML name, if any: with none and no GPU, the demo's settings are the defaults
-        named = None if {"-h", "--help"} & set(argv) else TrlParser([ModelConfig]).parse_args_and_config(
+        argv = instruments.config_resolved(argv) if instruments else argv  # the YAML's paths: from its own folder
+        # Abbreviations are refused: --max_step would set --max_steps, and a typo could set another flag
+        model_flags, parser = (TrlParser(dataclasses, allow_abbrev=False) for dataclasses in ([ModelConfig], flags))
+        named = None if {"-h", "--help"} & set(argv) else model_flags.parse_args_and_config(
             argv, return_remaining_strings=True)[0].model_name_or_path
-        demo, parser = named is None and not torch.cuda.is_available(), TrlParser(flags)
+        demo = named is None and not torch.cuda.is_available()
         if demo:  # underneath the user's flags and YAML, which still win
             parser.set_defaults_with_config(**DEMO_SETTINGS)
         parsed = parser.parse_args_and_config(argv)
@@ -546,7 +549,7 @@ def parse_args(argv=None):
         message = str(error).splitlines()[0]
         if "not used by the HfArgumentParser" in message and instruments is None:
             message += " (the run instruments' flags need instruments.py: copy it beside this script)"
-        raise RecipeError(instruments.explain(message) if instruments else message) from None
+        raise RecipeError(instruments.explain(message, flags) if instruments else message) from None
     script_args, training_args, model_args, *instrument_args = parsed
     if demo and not (instrument_args and instrument_args[0].replay):  # a replay loads no model
         print("No CUDA GPU and no --model_name_or_path: running the offline demo (tiny model and toy data "

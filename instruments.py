@@ -24,7 +24,7 @@ What is here, in the order a run meets it:
 - unsupported_template: the one-line error for a chat template TRL cannot drive tool calls with.
 """
 
-import functools, importlib.util, json, math, os, re, time  # noqa: E401
+import atexit, dataclasses, difflib, functools, importlib.util, json, math, os, re, tempfile, time  # noqa: E401
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,7 +96,6 @@ class Run:
         """Before the trainer is built: the first reward also prints samples and logs each row's columns (for
         train_samples.jsonl), and each training row carries its index when --skip_zero_signal needs it. Returns
         (rewards, train_dataset)."""
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         rewards = list(rewards)
         rewards[0] = with_logging(rewards[0], self.args.print_samples_every)
         rewards[0] = with_columns_logged(rewards[0])  # the rows' columns, for train_samples.jsonl and --replay
@@ -149,7 +148,7 @@ class Run:
         before/after table, written and printed by the main process."""
         r, state, main_process = self.r, trainer.state, trainer.accelerator.is_main_process
         if "after" in results:
-            if results["before"] and not any("eval/accuracy" in e for e in state.log_history) and self.monitor:
+            if results["before"] and sum("eval/accuracy" in e for e in state.log_history) < 2 and self.monitor:
                 # No mid-run evaluation: judge the reward against the held-out accuracy before and after instead
                 self.monitor.check(state.log_history, state.max_steps, evals=[
                     (0, results["before"]["accuracy"]), (state.global_step, results["after"]["accuracy"])])
@@ -187,12 +186,51 @@ class Run:
 
 
 # ---- Preflight: bad input as one line that names the fix, before anything loads ----
-def explain(message: str) -> str:
-    """A flag error's first line, with the fix where TRL's message lacks one."""
+def explain(message: str, flags: list) -> str:
+    """A flag error's first line, with the fix where TRL's message lacks one. `flags`: the dataclasses parsed."""
     if "divisible" in message:
         message += (" Fix: make per_device_train_batch_size x gradient_accumulation_steps x number of GPUs "
                     "a multiple of num_generations, e.g. --per_device_train_batch_size 8 --num_generations 8")
+    unknown = re.findall(r"'--([^'=]+)", message) if "not used by" in message or "Unknown arguments" in message else []
+    if unknown:  # a typo or an abbreviation (refused: it could set another flag): the closest flag, if any
+        names = [f.name for flags_class in flags for f in dataclasses.fields(flags_class)] + ["config"]
+        close = difflib.get_close_matches(unknown[0].replace("-", "_"), names, n=1, cutoff=0.6)
+        message = (f"unknown flag --{unknown[0]}" + (f": did you mean --{close[0]}?" if close else "")
+                   + " (--help lists every flag; a flag is spelt out in full)")
     return message
+
+
+def config_resolved(argv: list) -> list:
+    """argv with --config's YAML read against the YAML's own folder: a relative path in it that exists there is made
+    absolute, so `--config assets/long_search.yaml` works from any working directory. A rewritten copy of the YAML
+    is what TRL reads (removed at exit)."""
+    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
+        return argv
+    at = argv.index("--config") + 1
+    path = Path(argv[at]).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--config {argv[at]}: no such file (a YAML of flags, e.g. --config assets/long_search.yaml)")
+    import yaml
+
+    config = yaml.safe_load(path.read_text())
+    if not isinstance(config, dict):
+        return argv  # TRL's own one-line error: the YAML must be a mapping
+
+    def read_here(value):  # a relative path that exists in the YAML's folder, made absolute; anything else as it is
+        try:
+            here = isinstance(value, str) and value and value[0] not in "/~" and (path.parent / value).exists()
+        except OSError:  # a long text, not a path
+            here = False
+        return str((path.parent / value).resolve()) if here else value
+
+    resolved = {key: read_here(value) for key, value in config.items()}
+    if resolved == config:
+        return argv
+    handle, copy = tempfile.mkstemp(suffix=".yaml", prefix=f"{path.stem}-")
+    with os.fdopen(handle, "w") as file:
+        yaml.safe_dump(resolved, file)
+    atexit.register(os.unlink, copy)
+    return argv[:at] + [copy] + argv[at + 1:]
 
 
 def preflight(rubric_size: int, script_args, training_args, model_args) -> str | None:
@@ -204,6 +242,10 @@ def preflight(rubric_size: int, script_args, training_args, model_args) -> str |
     from transformers.trainer_utils import get_last_checkpoint
 
     last = get_last_checkpoint(folder) if os.path.isdir(folder) else None
+    from transformers.integrations import get_available_reporting_integrations
+
+    trackers = [name for name in training_args.report_to or [] if name not in ("all", "none")]
+    missing = [name for name in trackers if name not in get_available_reporting_integrations()]
     checks = [
         (not training_args.learning_rate > 0,
          f"--learning_rate {training_args.learning_rate} is out of range: it must be more than 0, e.g. 5e-6"),
@@ -212,6 +254,8 @@ def preflight(rubric_size: int, script_args, training_args, model_args) -> str |
          "(tokens per completion, all turns included)"),
         (os.path.exists(folder) and not os.path.isdir(folder),
          f"--output_dir {folder} is a file: pass a folder"),
+        (bool(missing), f"--report_to {' '.join(missing)} needs its package, which is not installed: `pip install "
+                        f"{' '.join(missing)}`, or pass --report_to trackio (installed with requirements.txt)"),
         (training_args.use_vllm and importlib.util.find_spec("vllm") is None,
          "--use_vllm needs vLLM, which is not installed: `pip install vllm` (Linux + CUDA GPU)"),
         (quantized and not model_args.use_peft, "a quantized model cannot be fully fine-tuned: add --use_peft (QLoRA)"),
@@ -326,13 +370,18 @@ def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, m
                  f"while held-out accuracy moved {accuracy_gain:+.2f} ({evals[0][1]:.2f} -> {evals[-1][1]:.2f}): the "
                  "rubric pays for something other than the task. Look at which rewards/<name>/mean rose, and read "
                  "train_samples.jsonl")
-    if len(train) >= 2 * MONITOR_WINDOW and mean(f"rewards/{outcome}/mean", tail) is not None:
+    # Held-out accuracy, where it is measured, also counts as the outcome's gain: the training reward is sampled, and
+    # its first window already holds the early learning of a bigger batch (more processes); with mid-run evaluation
+    # on (a step-0 point), the rule waits for the second point, so the verdict is the same whatever the batch.
+    if len(train) >= 2 * MONITOR_WINDOW and mean(f"rewards/{outcome}/mean", tail) is not None and len(evals) != 1:
         outcome_gain = mean(f"rewards/{outcome}/mean", tail) - mean(f"rewards/{outcome}/mean", head)
+        held_out = f" and held-out accuracy {evals[-1][1] - evals[0][1]:+.2f}" if len(evals) >= 2 else ""
+        gained = max(outcome_gain, evals[-1][1] - evals[0][1] if held_out else outcome_gain)
         for key in sorted({k for e in tail for k in e if k.startswith("rewards/") and k.endswith("/mean")}):
             level = mean(key, tail)
-            if key != f"rewards/{outcome}/mean" and level >= SATURATED and outcome_gain < OUTCOME_FLAT:
+            if key != f"rewards/{outcome}/mean" and level >= SATURATED and gained < OUTCOME_FLAT:
                 warn("auxiliary_saturated", f"{key.split('/')[1]} is saturated ({level:.2f}) while {outcome} gained "
-                     f"{outcome_gain:+.2f}: the model collects the easy reward and not the task. Lower its weight "
+                     f"{outcome_gain:+.2f}{held_out}: the model collects the easy reward and not the task. Lower its weight "
                      "or read train_samples.jsonl")
                 break
     recent = [e.get("frac_reward_zero_std") for e in train[-NO_SIGNAL_POINTS:]]

@@ -125,6 +125,10 @@ BAD_INPUTS = [
     (["--learning_rate", "-1"], "--learning_rate -1.0 is out of range: it must be more than 0"),
     (["--max_completion_length", "0"], "--max_completion_length 0 is out of range: it must be 1 or more"),
     (["--output_dir", __file__], "is a file: pass a folder"),
+    (["--report_to", "wandb"], "--report_to wandb needs its package, which is not installed: `pip install wandb`"),
+    (["--max_stpes", "3"], "unknown flag --max_stpes: did you mean --max_steps?"),
+    (["--max_step", "3"], "unknown flag --max_step: did you mean --max_steps?"),  # an abbreviation is refused
+    (["--model_name", "x"], "unknown flag --model_name: did you mean --model_name_or_path?"),
 ]
 
 
@@ -134,9 +138,49 @@ def test_bad_input_raises_a_clear_error(flags, expected, tmp_path):
         pytest.skip("bitsandbytes is installed here, so this error cannot occur")
     if expected == "pip install vllm" and importlib.util.find_spec("vllm"):
         pytest.skip("vllm is installed here, so this error cannot occur")
+    if "pip install wandb" in expected and importlib.util.find_spec("wandb"):
+        pytest.skip("wandb is installed here, so this error cannot occur")
     args = [*FAST_RUN, "--max_steps", "1", "--output_dir", str(tmp_path / "run"), *flags]
     with pytest.raises(gm.RecipeError, match=re.escape(expected)):
         gm.main(args)
+    assert not (tmp_path / "run").exists()  # a run that fails before its first step leaves no folder behind
+
+
+def test_trackio_the_tracker_the_readme_offers_works_after_the_install(tmp_path):
+    """--report_to trackio (README, "Fork it"): trackio ships with requirements.txt and records the run locally."""
+    env = offline_env(TRACKIO_DIR=str(tmp_path / "trackio"))
+    result = run_script([*FAST_RUN, "--max_steps", "2", "--report_to", "trackio", "--output_dir", tmp_path / "run"],
+                        env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p for p in (tmp_path / "trackio").rglob("*") if p.is_file() and p.stat().st_size > 0]
+
+
+def test_a_yaml_reads_its_relative_paths_against_its_own_folder(tmp_path, monkeypatch):
+    """`--config DIR/run.yaml` from any working directory: a path in the YAML that exists beside it is found there;
+    anything else (a Hub id, a new output folder) is left as written."""
+    folder = tmp_path / "configs"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.jsonl").write_text((TOY_DATA / "train.jsonl").read_text())
+    (folder / "run.yaml").write_text(yaml.safe_dump({"dataset_name": "data/train.jsonl", "output_dir": "runs/a",
+                                                     "model_name_or_path": str(TINY_MODEL), "max_steps": 4}))
+    monkeypatch.chdir(tmp_path)
+    script_args, training_args, *_ = gm.parse_args(["--config", "configs/run.yaml"])
+    assert script_args.dataset_name == str(folder / "data" / "train.jsonl")
+    assert training_args.output_dir == "runs/a" and training_args.max_steps == 4
+    with pytest.raises(gm.RecipeError, match=re.escape("--config nowhere.yaml: no such file")):
+        gm.parse_args(["--config", "nowhere.yaml"])
+
+
+def test_the_long_search_yaml_runs_from_another_working_directory(tmp_path):
+    """The README's `python grpo_search.py --config assets/long_search.yaml`, run from outside the repository."""
+    result = run_script(["--config", REPO / "assets" / "long_search.yaml", "--help"], script="grpo_search.py",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    import grpo_search as gs
+
+    script_args, training_args, model_args, *_ = gs.parse_args(["--config", str(REPO / "assets" / "long_search.yaml")])
+    assert Path(model_args.model_name_or_path) == REPO / "assets" / "tiny-qwen-search-long"
+    assert Path(script_args.corpus_name).is_file() and Path(script_args.dataset_name).is_dir()
 
 
 def test_bad_input_on_the_command_line_is_one_line(tmp_path):

@@ -2,6 +2,7 @@
 reward-hacking monitor (its rules on synthetic logs, and a real run with a hackable rubric)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import FAST_RUN, TINY_MODEL, TOY_DATA, run_script
@@ -126,6 +127,30 @@ def test_each_rule_fires_on_what_it_watches(curves, evals, rule):
     found = instruments.monitor_warnings(history(**curves), "correctness_reward", 3.0, 1000, evals)
     assert [w["rule"] for w in found] == [rule], found
     assert any(ch.isdigit() for ch in found[0]["message"])  # it says what it saw, in numbers
+
+
+def test_the_verdict_does_not_depend_on_the_number_of_processes():
+    """The math demo under `torchrun --nproc_per_node 2` (recorded: twice the batch a step, so the training reward's
+    first window already holds most of its rise): held-out accuracy rose 0.34 -> 0.78, as with one process, and no
+    rule fires at any log, as with one process (test_demo). The monitor once said "lenient_format_reward is saturated
+    (0.99) while correctness_reward gained +0.04" at step 55 of this log."""
+    recorded = json.loads((Path(__file__).parent / "data" / "monitor_math_two_processes.json").read_text())
+    monitor, logs = instruments.RunMonitor(max_reward=3.0), recorded["log_history"]
+    for end in range(1, len(logs) + 1):  # as on_log sees it, one log more each time
+        monitor.check(logs[:end], recorded["max_steps"])
+    assert monitor.warnings == []
+
+
+@pytest.mark.parametrize("evals, fires", [
+    (None, True),                              # no held-out evaluation: the training reward decides
+    ([(0, 0.30)], False),                      # mid-run evaluation on: wait for its second point
+    ([(0, 0.30), (100, 0.31)], True),          # held-out accuracy flat too: the easy reward is all it learned
+    ([(0, 0.30), (100, 0.60)], False),         # held-out accuracy rose: it is learning the task
+])
+def test_a_saturated_auxiliary_reward_is_judged_against_held_out_accuracy(evals, fires):
+    logs = history(**{"rewards/correctness_reward/mean": lambda i: 0.3, "rewards/strict_format_reward/mean": lambda i: 0.99,
+                      "reward": lambda i: 1.3})
+    assert ("auxiliary_saturated" in rules(logs, evals=evals, max_steps=1000)) == fires
 
 
 def test_entropy_falling_late_is_not_a_collapse():
