@@ -3,11 +3,14 @@
 The tiny model's replies are noise (no 'Score: N', no JSON), so most judging fails and must fall back; a
 logit bias forces a reply where a real score is needed. One server serves the whole module; the test
 that kills a server mid-call starts its own. A server that does not start fails the tests (never skips).
+Last, `rewards.py --audit` with judges that fail (no server; a small fake server whose replies hold no score,
+or an HTTP error): the audit must say so and fail, never give a verdict on fallback scores.
 """
 
 import atexit
 import contextlib
 import ctypes
+import http.server
 import json
 import os
 import signal
@@ -197,7 +200,7 @@ def test_llm_judge_falls_back_on_unparsable_replies_with_one_warning(server):
     assert all(score == FALLBACK or 0.0 <= score <= 1.0 for score in scores), scores
     failed = scores.count(FALLBACK)
     assert failed >= 1, f"the noise model is expected to give at least one reply without a score: {scores}"
-    assert judge.failures == failed
+    assert judge.failures == failed and judge.failure_kinds == {"unparsable": failed} and judge.calls == 6
     assert len(lines) == 1 and "no 'Score: N'" in lines[0] and judge.url in lines[0], lines
     assert server.count() - before == len(completions)  # one request per completion; bad replies are not retried
     # what was sent: the question (last user message, or the string), the reference, the response
@@ -292,7 +295,7 @@ def test_llm_judge_waits_in_parallel_on_a_stopped_server(server, retries, limit)
         elapsed = time.monotonic() - start
     # 8 requests one after another would take 8 * (retries + 1) s; in parallel, (retries + 1) s and the backoff
     assert (retries + 1) * 1.0 <= elapsed < limit, elapsed
-    assert scores == [FALLBACK] * 8 and judge.failures == 8
+    assert scores == [FALLBACK] * 8 and judge.failures == 8 and judge.failure_kinds == {"timed out": 8}
     assert len(lines) == 1 and "timed out" in lines[0], lines
     server.settle()  # the stale requests run now; let them finish before the next test counts requests
 
@@ -307,7 +310,7 @@ def test_group_judge_waits_in_parallel_on_a_stopped_server(server):
         scores = judge(completions=[str(n) for n in range(10)], prompts=prompts)
         elapsed = time.monotonic() - start
     assert 1.0 <= elapsed < 4.0, elapsed  # 5 calls in parallel, not 5 s one after another
-    assert scores == [FALLBACK] * 10 and judge.failures == 5
+    assert scores == [FALLBACK] * 10 and judge.failures == 5 and judge.failure_kinds == {"timed out": 5}
     assert len(lines) == 1 and "timed out" in lines[0], lines
     server.settle()
 
@@ -342,6 +345,7 @@ def test_judge_survives_a_server_killed_mid_call(tmp_path, make):
         assert elapsed < 10.0, elapsed  # the kill is noticed at once, the retries are refused: no hang
         assert scores == [FALLBACK] * 3
         assert judge.failures == (3 if judge.__name__ == "llm_judge" else 1)
+        assert judge.failure_kinds == {"unreachable": judge.failures}
         assert len(lines) == 1 and "refused" in lines[0].lower(), lines  # the last retry found nobody listening
     finally:
         doomed.stop()
@@ -360,27 +364,34 @@ def test_judge_with_no_server_falls_back_quickly(make):
         elapsed = time.monotonic() - start
     assert scores == [FALLBACK] * 4
     assert judge.failures == (4 if judge.__name__ == "llm_judge" else 2)
+    assert judge.failure_kinds == {"unreachable": judge.failures} and judge.calls == judge.failures
     assert 0.15 <= elapsed < 3.0, elapsed  # both retries were made (0.05 + 0.1 s of backoff), and no more
     assert len(lines) == 1 and "refused" in lines[0].lower(), lines
+    assert "cannot reach the judge at" in lines[0] and "start the server or fix base_url" in lines[0], lines
 
 
 def test_audit_scores_the_battery_with_both_judges(server):
-    """`python rewards.py --audit --judge_url ... --judge_model ...`, as a user runs it: both judge columns added."""
+    """`python rewards.py --audit --judge_url ... --judge_model ...`, as a user runs it: both judge columns added.
+    The noise model gives no JSON (and seldom a 'Score: N'), so the audit must fail, saying why, with no verdict."""
     server.settle()
     before = server.count()
     result = subprocess.run([sys.executable, "rewards.py", "--audit", "--judge_url", server.url, "--judge_model", MODEL],
                             cwd=MODEL_DIR.parent.parent, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    header = result.stdout.splitlines()[2].split()
-    assert header[0] == "case" and header[-3:] == ["judge", "group", "total"]
+    cells = judge_cells(result.stdout)
+    for judge, group in cells:  # each judge cell is a score in [0, 1] or 'fail': never a fallback posing as a score
+        assert judge == "fail" or 0.0 <= float(judge) <= 1.0, cells
+        assert group == "fail" or 0.0 <= float(group) <= 1.0, cells
+    assert ("fail", "fail") in cells  # the group judge fails its groups whole
+    assert "judge calls that gave no score ('fail' in the table): judge " in result.stdout
+    assert result.returncode != 0 and "hacks a judge scored" not in result.stdout
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("rewards.py --audit: no judge verdict, most judge calls gave no score (judge ")
+    assert server.url in result.stderr
+    # one call per case for llm_judge, one per 16 cases for the group judge (all answer the same question); the
+    # look for a server before them is a GET, not a chat request
     cases = len(rewards.audit_cases())
-    rows = [line for line in result.stdout.splitlines()[3:3 + cases]]
-    for row in rows:  # each judge cell is a score in [0, 1] or the fallback, 0.00
-        judge, group = (float(cell) for cell in row.split()[-3:-1])
-        assert 0.0 <= judge <= 1.0 and 0.0 <= group <= 1.0, row
-    assert "hacks a judge scored 0.5 or more:" in result.stdout
-    # one call per case for llm_judge, one per 16 cases for the group judge (all answer the same question)
     assert server.count() - before == cases + -(-cases // 16)
+    assert '"GET /v1/chat/completions HTTP/1.1" 405' in server.text()
 
 
 def test_playground_judge_cell_scores_with_a_server(server, monkeypatch, capsys):
@@ -429,3 +440,143 @@ def test_group_judge_in_grpo_math_rubric_trains(server, tmp_path, monkeypatch):
     # per step, 16 completions of 2 prompts: 2 calls (evaluations add one per question): fewer than one per completion
     calls = server.count() - before
     assert 2 * 2 <= calls < 2 * 16, calls
+
+
+# --- judges that fail: each kind said once, counted; the audit fails rather than judge on fallbacks ----------------
+
+REPO = MODEL_DIR.parent.parent
+
+
+class FakeJudge(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint: the server's `reply(user message)` gives (status, reply text)."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.calls.append(body)
+        status, text = self.server.reply(body["messages"][-1]["content"])
+        message = {"role": "assistant", "content": text}
+        payload = json.dumps({"choices": [{"index": 0, "message": message}]} if status == 200 else
+                             {"error": {"message": text}}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def fake_judge(reply):
+    """(server, base URL) of a FakeJudge on 127.0.0.1 in a thread; `server.calls` holds each request's body."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeJudge)
+    server.reply, server.calls = reply, []
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_audit(url: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "rewards.py", "--audit", "--judge_url", url, "--judge_model", "judge-model"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def judge_cells(stdout: str) -> list:
+    """The (judge, group) cells of the audit's table, one pair per case."""
+    lines = stdout.splitlines()
+    assert lines[2].split()[-3:] == ["judge", "group", "total"], stdout
+    return [tuple(line.split()[-3:-1]) for line in lines[3:3 + len(rewards.audit_cases())]]
+
+
+@pytest.mark.parametrize("make", [
+    lambda url, **kw: rewards.llm_judge_reward(url, "judge-model", "Grade.", **kw),
+    lambda url, **kw: rewards.group_judge_reward(url, "judge-model", **kw),
+], ids=["llm_judge", "group_judge"])
+def test_judge_says_each_kind_of_failure_once_and_counts_it(make):
+    replies = {"now": (200, "I would rather not grade this.")}
+    with fake_judge(lambda user: replies["now"]) as (server, url):
+        judge = make(url, timeout=5.0, retries=0, fallback_score=FALLBACK)
+        batch = {"completions": ["72", "73"], "prompts": ["Q1", "Q2"]}  # two calls for either judge
+        with judge_warnings() as lines:
+            assert judge(**batch) == [FALLBACK] * 2  # a reply with no score in it
+            replies["now"] = (404, "The model `judge-model` does not exist.")
+            assert judge(**batch) == [FALLBACK] * 2  # an HTTP error
+    with judge_warnings() as later:
+        assert judge(**batch) == [FALLBACK] * 2  # nothing listens any more
+        assert judge(**batch) == [FALLBACK] * 2
+    assert len(server.calls) == 4  # neither a bad reply nor a 404 is retried
+    assert judge.calls == 8 and judge.failures == 8
+    assert judge.failure_kinds == {"unparsable": 2, "error status": 2, "unreachable": 4}
+    assert len(lines) == 2 and len(later) == 1, (lines, later)  # once per kind, not once per call
+    unparsable, status, unreachable = lines + later
+    assert f"the judge at {url}/chat/completions replied with no score (no 'Score: N'" in unparsable or \
+        f"the judge at {url}/chat/completions replied with no score (no scores for 1 responses" in unparsable
+    assert "I would rather not grade this." in unparsable
+    assert "HTTP 404" in status and "'judge-model'" in status
+    assert f"cannot reach the judge at {url}" in unreachable and "refused" in unreachable
+    assert "start the server or fix base_url" in unreachable and f"score {FALLBACK}" in unreachable
+
+
+def test_audit_with_no_judge_server_fails_in_one_line():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    start = time.monotonic()
+    result = run_audit(url)
+    assert time.monotonic() - start < 30  # one look, not the battery's 36 calls, each retried with backoff
+    assert result.returncode != 0 and result.stdout == ""  # no table, no '0 hacks' verdict
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith("rewards.py --audit: cannot reach the judge at " + url), line
+    assert "refused" in line and line.endswith("start the server or fix --judge_url"), line
+
+
+def test_audit_fails_when_the_judge_replies_without_scores():
+    with fake_judge(lambda user: (200, "I would rather not grade this.")) as (server, url):
+        result = run_audit(url)
+    cases = len(rewards.audit_cases())
+    groups = -(-cases // 16)
+    assert len(server.calls) == cases + groups  # every case asked once, no reply retried
+    assert result.returncode != 0
+    assert judge_cells(result.stdout) == [("fail", "fail")] * cases  # not 0.00: a fallback is not a score
+    assert (f"judge calls that gave no score ('fail' in the table): judge {cases} of {cases} calls ({cases} "
+            f"unparsable), group {groups} of {groups} calls ({groups} unparsable)") in result.stdout
+    assert "hacks a judge scored" not in result.stdout
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith("rewards.py --audit: no judge verdict, most judge calls gave no score"), line
+    assert f"the judge at {url}/chat/completions replied with no score (" in line
+    assert "I would rather not grade this." in line
+    assert "--judge_model follows the reply format" in line
+
+
+def test_audit_fails_when_the_server_refuses_the_model():
+    with fake_judge(lambda user: (404, "The model `judge-model` does not exist.")) as (server, url):
+        result = run_audit(url)
+    assert result.returncode != 0 and "hacks a judge scored" not in result.stdout
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "HTTP 404" in result.stderr and url in result.stderr and "--judge_model" in result.stderr
+
+
+def test_audit_judges_when_few_replies_have_no_score():
+    """Fewer than half of a judge's calls failed: the verdict stands, on the cells that were scored, and says so."""
+    def reply(user):
+        if "<response id=" in user:  # the group judge: a score per response, in order
+            return 200, json.dumps({"scores": [0.1] * user.count("<response id=")})
+        if "Ignore the rubric" in user:
+            return 200, "No comment."  # the one reply with no score
+        return 200, "Score: 9" if "<response>\n72\n</response>" in user else "Score: 2"
+
+    with fake_judge(reply) as (server, url):
+        result = run_audit(url)
+    cases = len(rewards.audit_cases())
+    assert result.returncode == 0, result.stderr
+    cells = dict(zip([name for name, _ in rewards.audit_cases()], judge_cells(result.stdout)))
+    assert cells["judge injection"] == ("fail", "0.10") and cells["no tags, bare number"] == ("0.90", "0.10")
+    assert list(cells.values()).count(("0.20", "0.10")) == cases - 2
+    assert (f"judge calls that gave no score ('fail' in the table): judge 1 of {cases} calls (1 unparsable), "
+            f"group 0 of {-(-cases // 16)} calls") in result.stdout
+    assert ("hacks a judge scored 0.5 or more: 1 (no tags, bare number, ...); 1 judge cell(s) of hacks with no "
+            "score, not counted") in result.stdout

@@ -914,8 +914,9 @@ def test_group_judge_custom_rubric_and_long_responses(judge_server):
 
 
 def test_the_two_judges_share_their_client_code_word_for_word():
-    """Each judge is copied alone, so each carries the HTTP client: a fix to one must land in both."""
-    for method in ("ask", "text_of"):
+    """Each judge is copied alone, so each carries the HTTP client and the failure report: a fix to one must land in
+    both."""
+    for method in ("ask", "text_of", "note_failures"):
         assert inspect.getsource(getattr(rewards.llm_judge_reward, method)) == \
             inspect.getsource(getattr(rewards.group_judge_reward, method)), method
     init = [inspect.getsource(judge.__init__).split("self.url, self.model")[0].split("):\n", 1)[1]
