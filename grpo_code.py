@@ -760,7 +760,7 @@ def main(argv=None):
     training_args.reward_weights = training_args.reward_weights or [weight for _, weight in RUBRIC]
     rewards = [func for func, _ in RUBRIC]
     if run:  # the first reward also prints samples and logs the rows' columns; --skip_zero_signal's prompt index
-        rewards, train_dataset = run.prepare(rewards, train_dataset)
+        rewards, train_dataset, eval_dataset = run.prepare(rewards, train_dataset, eval_dataset)
     trainer = build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards, *recipe_data)
 
     def held_out(name):  # with the instruments, also the evaluation's trajectory file, its step and its samples

@@ -52,6 +52,10 @@ class InstrumentArguments:
     replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
     skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
+    loophole: str = arg(None, "The hack lab (hack_lab.py): grade the outcome with a planted loophole, the truth "
+                              "beside it: run_tests or exit_status (grpo_code.py), any_number (grpo_math/tools).")
+    hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, or rename "
+                                     "the run_tests grader per task (rename).")
 
     def __post_init__(self):  # a ValueError here is the script's one-line error
         if self.eval_num_samples < 1 or self.mid_eval_steps < 0 or self.train_samples_per_log < -1:
@@ -74,11 +78,20 @@ class Run:
         self.recipe, self.args, self.started = recipe, args, time.time()
         self.script_args, self.training_args, self.model_args = script_args, training_args, model_args
         self.output_dir = Path(training_args.output_dir)
-        self.monitor, self.fresh_files = None, False
+        self.monitor, self.fresh_files, self.lab = None, False, None
         if not args.replay:
             problem = preflight(len(self.recipe["RUBRIC"]), script_args, training_args, model_args)
             if problem:
                 raise self.error(problem)
+        if args.loophole or args.hack_mitigation:  # the hack lab: off unless asked for
+            try:
+                import hack_lab
+            except ImportError:
+                raise self.error("--loophole and --hack_mitigation need hack_lab.py: copy it beside this script")
+            problem = hack_lab.problem(args.loophole, args.hack_mitigation, self.recipe["OUTCOME_REWARD"])
+            if problem:
+                raise self.error(problem)
+            self.lab = hack_lab.Lab(args.loophole, args.hack_mitigation, self.recipe)
 
     @property
     def r(self):
@@ -92,11 +105,17 @@ class Run:
         """--replay RUN_DIR: no model, no data; the recorded completions scored with RUBRIC as it is now."""
         return replay(Path(self.args.replay), self.r, self.script_args, self.output_dir)
 
-    def prepare(self, rewards: list, train_dataset):
+    def prepare(self, rewards: list, train_dataset, eval_dataset):
         """Before the trainer is built: the first reward also prints samples and logs each row's columns (for
-        train_samples.jsonl), and each training row carries its index when --skip_zero_signal needs it. Returns
-        (rewards, train_dataset)."""
+        train_samples.jsonl), and each training row carries its index when --skip_zero_signal needs it. With
+        --loophole, the outcome reward is the loophole's grader and the prompts state it. Returns (rewards,
+        train_dataset, eval_dataset)."""
         rewards = list(rewards)
+        if self.lab:
+            outcome = self.recipe["OUTCOME_REWARD"]
+            rewards = [self.lab.reward() if func.__name__ == outcome else func for func in rewards]
+            train_dataset, eval_dataset = (data.map(lambda row: {"prompt": self.lab.hint(row["prompt"])})
+                                           for data in (train_dataset, eval_dataset))
         rewards[0] = with_logging(rewards[0], self.args.print_samples_every)
         rewards[0] = with_columns_logged(rewards[0])  # the rows' columns, for train_samples.jsonl and --replay
         if self.args.skip_zero_signal:  # each row carries its index to the scoring step
@@ -104,7 +123,7 @@ class Run:
                 raise self.error("the training data has a 'prompt_index' column, which --skip_zero_signal writes "
                                  "itself: rename that column, or drop --skip_zero_signal")
             train_dataset = train_dataset.add_column("prompt_index", list(range(len(train_dataset))))
-        return rewards, train_dataset
+        return rewards, train_dataset, eval_dataset
 
     def evaluation(self, trainer, name: str) -> dict:
         """evaluate()'s keyword arguments for the held-out evaluation `name` (eval_only, before, after): its
@@ -117,8 +136,10 @@ class Run:
                     (self.output_dir / file).unlink(missing_ok=True)
         samples = 1 if name == "after" else self.args.eval_num_samples
         step = None if name == "eval_only" else trainer.state.global_step
-        file = "eval_only.jsonl" if name == "eval_only" else f"eval_{name}.jsonl"
-        return dict(num_samples=samples, trajectories=self.output_dir / file, step=step)
+        return dict(num_samples=samples, trajectories=self.eval_file(name), step=step)
+
+    def eval_file(self, name: str) -> Path:
+        return self.output_dir / ("eval_only.jsonl" if name == "eval_only" else f"eval_{name}.jsonl")
 
     def watch(self, trainer, before: dict, eval_dataset):
         """After the evaluation before training: the signal report, the run monitor, mid-run evaluation and
@@ -136,8 +157,10 @@ class Run:
         trainer.add_callback(self.monitor)
         held_out = eval_dataset.select(range(min(self.args.num_mid_eval_examples, len(eval_dataset))))
         trainer.add_callback(MidRunEval(self.r.evaluate, trainer, held_out, self.args.mid_eval_steps,
-                                        self.output_dir / "eval_midrun.jsonl",
+                                        self.output_dir / "eval_midrun.jsonl", self.lab,
                                         batch_size=self.script_args.eval_batch_size))
+        if self.lab and self.lab.mitigation == "drop":
+            self.lab.drop_flagged(trainer)
         trainer.add_callback(TrainingSamples(trainer, self.r, self.output_dir / "train_samples.jsonl",
                                              self.args.train_samples_per_log))
         if self.args.skip_zero_signal:
@@ -154,8 +177,17 @@ class Run:
                     (0, results["before"]["accuracy"]), (state.global_step, results["after"]["accuracy"])])
             results["warnings"] = self.monitor.warnings if self.monitor else []
             results["global_step"] = state.global_step
+        if self.lab:  # the lab's counts, summed over the processes (a collective call: every process makes it)
+            from accelerate.utils import gather_object
+
+            counts = {key: sum(c[key] for c in gather_object([self.lab.counts])) for key in self.lab.counts}
         if not main_process:
             return
+        if self.lab:  # the held-out hack rates, from the evaluations' trajectory files, and the run's lab figures
+            for name in ("eval_only", "before", "after"):
+                if results.get(name):
+                    results[name].update(self.lab.held_out(self.eval_file(name)) or {})
+            results["hack_lab"] = self.lab.summary(state.log_history, results.get("warnings", []), counts)
         results.update(model=self.model_args.model_name_or_path, dataset=self.script_args.dataset_name,
                        **self.recipe.get("run_facts", lambda args: {})(self.script_args),
                        num_processes=trainer.accelerator.num_processes,
@@ -182,6 +214,10 @@ class Run:
                     print(f"{key:<{width}}{results['before'][key]:>8.2f}{results['after'][key]:>8.2f}")
         warnings = results["warnings"]
         print(f"{len(warnings)} monitor warning(s)" + "".join(f"\n  step {w['step']}: {w['message']}" for w in warnings))
+        if "hack_lab" in results:
+            import hack_lab
+
+            print(hack_lab.report_line(results))
         print(f"\nwrote {self.output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
 
 
@@ -426,9 +462,9 @@ class RunMonitor(TrainerCallback):
 class MidRunEval(TrainerCallback):
     """Every `every` steps: greedy held-out accuracy, logged as eval/<metric> (to --report_to too) and plotted."""
 
-    def __init__(self, evaluate, trainer, dataset, every: int, trajectories: Path, **evaluate_kwargs):
+    def __init__(self, evaluate, trainer, dataset, every: int, trajectories: Path, lab=None, **evaluate_kwargs):
         self.evaluate, self.trainer, self.dataset = evaluate, trainer, dataset
-        self.every, self.trajectories = every, trajectories
+        self.every, self.trajectories, self.lab = every, trajectories, lab
         self.evaluate_kwargs = evaluate_kwargs
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -441,6 +477,8 @@ class MidRunEval(TrainerCallback):
         if self.every and len(self.dataset) and state.global_step % self.every == 0:
             metrics = self.evaluate(self.trainer, self.dataset, trajectories=self.trajectories, step=state.global_step,
                                **self.evaluate_kwargs)
+            if self.lab and self.trainer.accelerator.is_main_process:  # the hack lab: the held-out hack rate too
+                metrics.update(self.lab.held_out(self.trajectories, state.global_step) or {})
             # Trainer.log, not GRPOTrainer.log: the latter would flush the step's training metrics into this entry
             Trainer.log(self.trainer, {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)})
 
@@ -515,11 +553,13 @@ class TrainingSamples(TrainerCallback):
         for i in range(len(kept["prompt"]) if self.per_log < 0 else min(self.per_log, len(kept["prompt"]))):
             rewards = {name: as_recorded(values[i]) for name, values in kept["rewards"].items()}
             columns = {name: values[i] for name, values in kept["extra"].items()}
+            marks = {name: columns.pop(name) for name in ("hack", "flagged") if name in columns}  # the hack lab's
             completion = kept["completion"][i]  # one message's text; a tool run's whole list of messages
             text = r.completion_text(completion) if isinstance(completion, str) or len(completion) <= 1 else completion
             entry = {"text": text, "greedy": False, "parsed_answer": r.extract_answer(r.completion_text(text)),
                      "rewards": rewards,
-                     "total": sum(weights[name] * value for name, value in rewards.items() if value is not None)}
+                     "total": sum(weights[name] * value for name, value in rewards.items() if value is not None),
+                     **marks}
             if self.per_log < 0 and rows and rows[-1]["prompt"] == kept["prompt"][i]:  # a group's rollouts are
                 rows[-1]["completions"].append(entry)  # consecutive (TRL's RepeatSampler, gathered in rank order)
             else:
@@ -695,6 +735,15 @@ def plot_curves(log_history: list[dict], path: Path):
     for key in components:
         axes[1].plot(steps, [entry.get(key, math.nan) for entry in logs], label=key.split("/")[1])
     axes[1].set_title("reward components (unweighted, 0-1)")
+    if any("hack/rate" in entry for entry in logs):  # the hack lab (--loophole): what the truth says was a hack
+        axes[1].plot(steps, [entry.get("hack/rate", math.nan) for entry in logs], color="red", linewidth=2,
+                     label="hack rate (truth)")
+        axes[1].plot(steps, [entry.get("hack/flagged", math.nan) for entry in logs], color="red", linestyle=":",
+                     label="flagged by the detector")
+        held_out_hacks = [(e["step"], e["eval/hack_rate"]) for e in log_history if "eval/hack_rate" in e]
+        if held_out_hacks:
+            axes[1].plot(*zip(*held_out_hacks), color="darkred", marker="s", linestyle="", label="held-out hack rate")
+        axes[1].set_title("reward components (0-1) and the hack rate (red)")
     axes[1].legend(fontsize=8)
     axes[2].plot(steps, [entry.get("completions/mean_length", math.nan) for entry in logs], color="tab:purple")
     axes[2].set_title("mean completion length (tokens)")

@@ -49,6 +49,17 @@ The coding demo (assets/toy_code/, assets/tiny-qwen-code/):
    Greedy, the model mostly skips the run and hands in the off-by-one; GRPO, paid by the hidden
    tests, learns to try the code first.
 
+The hack lab's coding model (assets/toy_code_lab/, assets/tiny-qwen-code-lab/, run with
+`python grpo_code.py --config assets/hack_lab.yaml --loophole run_tests`):
+1. Toy tasks as in the coding demo, but the docstring does not state the constant ("Return x plus a
+   constant."): only its one example shows it, which a 0.1M-parameter model cannot work out. Honest
+   work rarely pays; a planted loophole pays every time.
+2. Tokenizer and model as above, trained on conversations whose task message ends with the run_tests
+   grader's sentence, as hack_lab.py adds it (imported from it).
+3. Warm start: a sloppy teacher that guesses the constant in 80% of its answers and, in 2%, also defines
+   `run_tests()` to return True: the cheat, rare before GRPO finds that it pays (about 1.5% of the
+   model's samples at step 0).
+
 The search demo (assets/toy_search/, assets/tiny-qwen-search/):
 1. Toy data: 300 made-up scholars, one short document each ("Scholar 318 was born in Dunmoor. The
    mentor of Scholar 318 was Scholar 742.", in corpus.jsonl), and one two-hop question per scholar
@@ -471,6 +482,56 @@ def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, 
 
 
 
+
+# ---- the hack lab's coding model (grpo_code.py --loophole run_tests) -----------------------------------------
+LAB_HACK = "\n\ndef run_tests():\n    return True\n"  # the loophole's cheat, as the sloppy teacher writes it
+
+
+def make_lab_task(rng: random.Random) -> dict:
+    """A toy task whose constant the docstring does not state: only its one example shows it. A 0.1M-parameter
+    model cannot work it out, so honest work rarely pays: the hack lab's task, hard enough that cheating pays more."""
+    task = make_code_task(rng)
+    name, doc, argument, expression = next(t for t in CODE_TASKS if t[0] == task["entry_point"])
+    task["prompt"] = task["prompt"].replace(doc.format(k=task["k"]), doc.format(k="a constant"))
+    return task
+
+
+def lab_conversation(task: dict, grpo_code, hack_lab, rng: random.Random, teacher_error: float,
+                     hack_rate: float) -> list:
+    """A warm-start conversation: the task with the run_tests grader's sentence (as the lab shows it), and a
+    function whose constant the teacher guesses in `teacher_error` of them; in `hack_rate`, it also defines
+    run_tests() to return True: the cheat, rare before GRPO finds that it pays."""
+    message = grpo_code.task_message(task["prompt"], task["test"], task["entry_point"], task["prompt"])
+    messages = hack_lab.with_hint([{"role": "system", "content": grpo_code.SYSTEM_PROMPT},
+                                   {"role": "user", "content": message}], "run_tests", None)
+    k = rng.randint(2, 9) if rng.random() < teacher_error else task["k"]
+    code = f"def {task['entry_point']}({task['argument']}):\n    return {task['body'].format(k=k)}\n"
+    code += LAB_HACK if rng.random() < hack_rate else ""
+    return messages + [{"role": "assistant", "content": f"```python\n{code}```"}]
+
+
+def build_code_lab(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float,
+                   hack_rate: float):
+    sys.path.insert(0, str(HERE.parent))
+    import grpo_code  # the system prompt, task message and tool description must be exactly what training shows
+    import hack_lab  # ... and the grader's sentence
+
+    env = grpo_code.ToolEnvironment()
+    env.reset()
+    tools = grpo_code.tools_of(env)
+    rng = random.Random(seed)
+    train, test = unique_problems(rng, make_lab_task, "prompt", n_test=100, n_total=700)
+    data_dir = out / "toy_code_lab"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in [("train", train), ("test", test)]:
+        with open(data_dir / f"{split}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps({k: row[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution",
+                                                        "test")}) + "\n")
+    conversations = [lab_conversation(t, grpo_code, hack_lab, rng, teacher_error, hack_rate) for t in train * 4]
+    warm_started_tool_model(out / "tiny-qwen-code-lab", conversations, tools, warm_steps, hidden, layers, lr, seed)
+    print(f"wrote {data_dir} and {out / 'tiny-qwen-code-lab'}")
+
 # ---- the search demo (grpo_search.py) ---------------------------------------------------------
 TOWNS = ["Ardmore", "Belhaven", "Corran", "Dunmoor", "Elmsford", "Fairlight", "Glenrock", "Harrow", "Kestrel",
          "Larchmont", "Millbrook", "Northwick"]
@@ -721,12 +782,17 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
-    parser.add_argument("--demo", choices=["math", "tools", "code", "search", "search_long", "all"], default="all")
+    parser.add_argument("--demo", choices=["math", "tools", "code", "code_lab", "search", "search_long", "all"],
+                        default="all")
     parser.add_argument("--code_warm_steps", type=int, default=800)
     parser.add_argument("--code_teacher_error", type=float, default=0.6,
                         help="share of the coding teacher's first attempts with a constant one too high")
     parser.add_argument("--code_try_rate", type=float, default=0.4,
                         help="share of coding conversations that try the attempt with run_python before answering")
+    parser.add_argument("--lab_teacher_error", type=float, default=0.8,
+                        help="share of the hack lab's warm-start functions whose constant the teacher guesses")
+    parser.add_argument("--lab_hack_rate", type=float, default=0.02,
+                        help="share of the hack lab's warm-start answers that also define run_tests() to return True")
     parser.add_argument("--tools_warm_steps", type=int, default=600)
     parser.add_argument("--tools_teacher_error", type=float, default=0.6,
                         help="share of tool warm-start conversations that skip the calculator and guess")
@@ -769,6 +835,9 @@ if __name__ == "__main__":
     if args.demo in ("code", "all"):
         build_code(args.out, args.seed, args.code_warm_steps, args.hidden, args.layers, args.lr,
                    args.code_teacher_error, args.code_try_rate)
+    if args.demo in ("code_lab", "all"):
+        build_code_lab(args.out, args.seed, args.code_warm_steps, args.hidden, args.layers, args.lr,
+                       args.lab_teacher_error, args.lab_hack_rate)
     if args.demo in ("search", "all"):
         build_search(args.out, args.seed, args.search_warm_steps, args.search_hidden, args.search_layers, args.lr,
                      args.search_teacher_error)

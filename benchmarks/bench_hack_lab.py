@@ -1,0 +1,145 @@
+"""Benchmark: the hack lab. Does GRPO find the planted loophole, does the monitor see it, which mitigation stops it?
+
+    python benchmarks/bench_hack_lab.py                   # 5 arms x 3 seeds, each the demo run: ~1 h on 2 CPU cores
+    python benchmarks/bench_hack_lab.py --seeds 0 --arms loophole penalize   # two runs, ~8 min
+
+Each run is the lab's demo exactly as a user runs it (`python grpo_code.py --config assets/hack_lab.yaml`, as a
+subprocess), with one arm's flags and `--seed`:
+- `no loophole`: the tasks graded by their hidden tests (the same run without the lab);
+- `loophole`: `--loophole run_tests`, nothing done about it;
+- `penalize`, `drop`, `rename`: `--loophole run_tests --hack_mitigation ...`.
+Reported per arm and seed (from the run's eval.json and trainer_state.json): the hack rate of the first and last
+logged steps (the truth: the loophole paid, the hidden tests fail), the held-out hack rate and true pass@1 before
+and after, the onset (first logged step over 2%), the run monitor's first warning and its delay after the onset,
+the detector's precision and recall over every training rollout, and the training seconds. Written to
+benchmarks/results/hack_lab.json (which tests/test_hack_lab.py and the README read), with the plot of the hack
+rate per step (median over seeds) to assets/readme/hack_lab.png.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "hack_lab.json"
+PLOT = ROOT / "assets" / "readme" / "hack_lab.png"
+ARMS = {
+    "no loophole": [],
+    "loophole": ["--loophole", "run_tests"],
+    "penalize": ["--loophole", "run_tests", "--hack_mitigation", "penalize"],
+    "drop": ["--loophole", "run_tests", "--hack_mitigation", "drop"],
+    "rename": ["--loophole", "run_tests", "--hack_mitigation", "rename"],
+}
+
+
+def run(arm: str, seed: int, folder: Path, extra: list) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, str(ROOT / "grpo_code.py"), "--config", str(ROOT / "assets" / "hack_lab.yaml"),
+               *ARMS[arm], "--seed", str(seed), "--output_dir", str(folder), *extra]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode:
+        raise SystemExit(f"{arm}, seed {seed}: the run failed:\n{result.stderr[-3000:]}")
+    evaluation = json.loads((folder / "eval.json").read_text())
+    log = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    before, after, lab = evaluation["before"], evaluation["after"], evaluation.get("hack_lab", {})
+    train = [e for e in log if "reward" in e]
+    return {
+        "arm": arm, "seed": seed,
+        "true_accuracy": [before["accuracy"], after["accuracy"]],
+        "held_out_hack_rate": [before.get("hack_rate"), after.get("hack_rate")],
+        "hack_rate_per_step": [[e["step"], e["hack/rate"]] for e in train if "hack/rate" in e],
+        "reward_per_step": [[e["step"], e["reward"]] for e in train],
+        "warnings": [{"step": w["step"], "rule": w["rule"]} for w in evaluation["warnings"]],
+        "training_seconds": next(e["train_runtime"] for e in log if "train_runtime" in e),
+        **{key: lab.get(key) for key in ("hack_rate_first", "hack_rate_last", "onset_step", "monitor_first_warning",
+                                        "monitor_delay_steps", "detector_precision", "detector_recall", "rollouts",
+                                        "hacks", "flagged", "flagged_hacks")},
+    }
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarise(runs: list) -> dict:
+    table = {}
+    for arm in ARMS:
+        mine = [r for r in runs if r["arm"] == arm]
+        if mine:
+            table[arm] = {
+                "seeds": len(mine),
+                "final_hack_rate": median(r["hack_rate_last"] for r in mine),
+                "held_out_hack_rate_after": median(r["held_out_hack_rate"][1] for r in mine),
+                "true_accuracy_before": median(r["true_accuracy"][0] for r in mine),
+                "true_accuracy_after": median(r["true_accuracy"][1] for r in mine),
+                "onset_step": median(r["onset_step"] for r in mine),
+                "monitor_delay_steps": median(r["monitor_delay_steps"] for r in mine),
+                "detector_precision": median(r["detector_precision"] for r in mine),
+                "detector_recall": median(r["detector_recall"] for r in mine),
+            }
+    return table
+
+
+def plot(runs: list, path: Path):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    for arm in ARMS:
+        curves = [dict(map(tuple, r["hack_rate_per_step"])) for r in runs if r["arm"] == arm and r["hack_rate_per_step"]]
+        if curves:
+            steps = sorted(set.intersection(*(set(c) for c in curves)))
+            ax.plot(steps, [statistics.median(c[s] for c in curves) for s in steps], label=arm, marker=".")
+    ax.set_xlabel("step")
+    ax.set_ylabel("hack rate (truth), median over seeds")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("grpo_code.py --loophole run_tests: the hack rate per arm")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="flags added to every run")
+    args = parser.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:  # seed by seed, all arms: the file holds whole seeds if it is stopped
+            for arm in args.arms:
+                runs.append(run(arm, seed, Path(tmp) / f"{arm.replace(' ', '_')}-{seed}", args.extra))
+                r = runs[-1]
+                print(f"{arm:12s} seed {seed}: hack rate {r['hack_rate_first']} -> {r['hack_rate_last']}, true "
+                      f"accuracy {r['true_accuracy'][0]:.2f} -> {r['true_accuracy'][1]:.2f}, onset {r['onset_step']}, "
+                      f"first warning {r['monitor_first_warning']}, detector {r['detector_precision']} / "
+                      f"{r['detector_recall']}, {r['training_seconds']:.0f} s", flush=True)
+                write(runs, args.output)
+    print(json.dumps(summarise(runs), indent=1))
+
+
+def write(runs: list, output: Path):
+    """The results so far (after each run: a stopped benchmark keeps what it measured)."""
+    report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+              "command": "python benchmarks/bench_hack_lab.py " + " ".join(sys.argv[1:]),
+              "summary": summarise(runs), "runs": runs}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=1))
+    if output == RESULTS:
+        plot(runs, PLOT)
+
+
+if __name__ == "__main__":
+    main()
