@@ -54,8 +54,8 @@ class InstrumentArguments:
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
     loophole: str = arg(None, "The hack lab (hack_lab.py): grade the outcome with a planted loophole, the truth "
                               "beside it: run_tests or exit_status (grpo_code.py), any_number (grpo_math/tools).")
-    hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, or rename "
-                                     "the run_tests grader per task (rename).")
+    hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, rename "
+                                     "the run_tests grader per task, or closed (the loophole fixed, same prompts).")
 
     def __post_init__(self):  # a ValueError here is the script's one-line error
         if self.eval_num_samples < 1 or self.mid_eval_steps < 0 or self.train_samples_per_log < -1:

@@ -5,8 +5,9 @@
 
 Each run is the lab's demo exactly as a user runs it (`python grpo_code.py --config assets/hack_lab.yaml`, as a
 subprocess), with one arm's flags and `--seed`:
-- `no loophole`: the tasks graded by their hidden tests (the same run without the lab);
 - `loophole`: `--loophole run_tests`, nothing done about it;
+- `closed`: `--hack_mitigation closed`, the loophole fixed and the prompts unchanged (the run without the
+  loophole, which the others are compared with);
 - `penalize`, `drop`, `rename`: `--loophole run_tests --hack_mitigation ...`.
 Reported per arm and seed (from the run's eval.json and trainer_state.json): the hack rate of the first and last
 logged steps (the truth: the loophole paid, the hidden tests fail), the held-out hack rate and true pass@1 before
@@ -31,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "hack_lab.json"
 PLOT = ROOT / "assets" / "readme" / "hack_lab.png"
 ARMS = {
-    "no loophole": [],
     "loophole": ["--loophole", "run_tests"],
+    "closed": ["--loophole", "run_tests", "--hack_mitigation", "closed"],
     "penalize": ["--loophole", "run_tests", "--hack_mitigation", "penalize"],
     "drop": ["--loophole", "run_tests", "--hack_mitigation", "drop"],
     "rename": ["--loophole", "run_tests", "--hack_mitigation", "rename"],
@@ -77,7 +78,10 @@ def summarise(runs: list) -> dict:
         if mine:
             table[arm] = {
                 "seeds": len(mine),
+                "first_hack_rate": median(r["hack_rate_first"] for r in mine),
                 "final_hack_rate": median(r["hack_rate_last"] for r in mine),
+                "final_hack_rate_range": [min(r["hack_rate_last"] for r in mine), max(r["hack_rate_last"] for r in mine)]
+                if all(r["hack_rate_last"] is not None for r in mine) else None,
                 "held_out_hack_rate_after": median(r["held_out_hack_rate"][1] for r in mine),
                 "true_accuracy_before": median(r["true_accuracy"][0] for r in mine),
                 "true_accuracy_after": median(r["true_accuracy"][1] for r in mine),
@@ -85,6 +89,7 @@ def summarise(runs: list) -> dict:
                 "monitor_delay_steps": median(r["monitor_delay_steps"] for r in mine),
                 "detector_precision": median(r["detector_precision"] for r in mine),
                 "detector_recall": median(r["detector_recall"] for r in mine),
+                "training_seconds": median(r["training_seconds"] for r in mine),
             }
     return table
 
@@ -114,8 +119,18 @@ def main():
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--summarise", action="store_true",
+                        help="only recompute the summary and the plot from the runs in --output")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="flags added to every run")
     args = parser.parse_args()
+    if args.summarise:
+        report = json.loads(args.output.read_text())
+        report["summary"] = summarise(report["runs"])
+        args.output.write_text(json.dumps(report, indent=1))
+        if args.output == RESULTS:
+            plot(report["runs"], PLOT)
+        print(json.dumps(report["summary"], indent=1))
+        return
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:  # seed by seed, all arms: the file holds whole seeds if it is stopped
