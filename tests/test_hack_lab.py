@@ -213,6 +213,14 @@ def test_the_committed_benchmark_meets_the_lab_figures():
 
 def test_the_readme_shows_the_committed_lab_figures():
     readme = (REPO / "README.md").read_text()
-    for row in readme_rows(json.loads(RESULTS.read_text())["summary"]):
+    summary = json.loads(RESULTS.read_text())["summary"]
+    for row in readme_rows(summary):
         assert row in readme, row
     assert "assets/readme/hack_lab.png" in readme
+    loophole = summary["loophole"]
+    onset, delay = loophole["onset_step"], loophole["monitor_delay_steps"]
+    for sentence in (f"passes 2% at step {onset:.0f} and ends at {loophole['final_hack_rate']:.2f}",
+                     f"falls from {loophole['true_accuracy_before']:.2f} to {loophole['true_accuracy_after']:.2f}",
+                     f"at step {onset + delay:.0f}, {delay:.0f} steps after the onset",
+                     f"(precision {loophole['detector_precision']:.2f}) and {loophole['detector_recall']:.0%}"):
+        assert sentence in " ".join(readme.split()), sentence
