@@ -31,6 +31,7 @@ def test_shipped_assets_are_a_real_model_and_dataset():
     ("math", "toy_math", "tiny-qwen-math", ["train.jsonl", "test.jsonl"]),
     ("tools", "toy_tools", "tiny-qwen-tools", ["train.jsonl", "test.jsonl"]),
     ("code", "toy_code", "tiny-qwen-code", ["train.jsonl", "test.jsonl"]),
+    ("code_lab", "toy_code_lab", "tiny-qwen-code-lab", ["train.jsonl", "test.jsonl"]),
     ("search", "toy_search", "tiny-qwen-search", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
     ("search_long", "toy_search_long", "tiny-qwen-search-long", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
 ])
