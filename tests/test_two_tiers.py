@@ -14,7 +14,7 @@ from test_grpo_search import FAST_RUN as SEARCH_RUN
 from test_grpo_tools import FAST_RUN as TOOLS_RUN
 
 RUNS = {"grpo_math.py": FAST_RUN, "grpo_tools.py": TOOLS_RUN, "grpo_code.py": CODE_RUN, "grpo_search.py": SEARCH_RUN}
-MODULES = ("instruments.py", "sandbox.py", "context_folding.py")
+MODULES = ("instruments.py", "sandbox.py", "context_folding.py", "hack_lab.py")
 
 
 def fork(tmp_path, script, *modules):
@@ -72,10 +72,13 @@ def test_the_modules_import_nothing_of_the_project():
     import ast
 
     project = {p.stem for p in REPO.glob("*.py")}
+    # Imported only when a flag asks for them, a missing one being one line that names it (tested above):
+    # instruments.py's --loophole needs hack_lab.py, whose code loopholes run solutions in sandbox.py
+    optional = {"instruments.py": {"hack_lab"}, "hack_lab.py": {"sandbox"}}
     for name in MODULES:
         tree = ast.parse((REPO / name).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                     for alias in node.names}
         imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom) and node.module}
-        assert not imported & project, f"{name} imports {sorted(imported & project)}"
+        assert not imported & project - optional.get(name, set()), f"{name} imports {sorted(imported & project)}"
