@@ -27,7 +27,7 @@ patched builtins, printed "passed" lines and reading the tests all score 0). Sma
 well-formed final block and for code runs that worked.
 
 Run it
-    python grpo_code.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
+    python grpo_code.py                                  # no GPU: offline demo on a tiny model (1.3 min)
     python grpo_code.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct, MBPP -> HumanEval
     python grpo_code.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_code.py --dataset_name tasks.jsonl       # your own tasks: a prompt, an entry point, tests
@@ -43,7 +43,7 @@ What to expect
     CPU demo (measured, 2 cores): the tiny model imitated a sloppy teacher that often hands in
     an off-by-one constant without trying its code. Before training, greedy, it passes the
     hidden tests of 0.41 of the held-out toy tasks and runs code on 0.02 of them; after 80
-    steps it runs its code on every task, fixes it, and passes 0.99. About 2.5 minutes.
+    steps it runs its code on every task, fixes it, and passes 0.99. About 1.3 minutes.
     GPU (estimates): Qwen2.5-0.5B-Instruct solves a share of HumanEval from the start; training
     on MBPP raises pass@1 on HumanEval's hidden tests by a few points over a few hundred steps.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and

@@ -23,7 +23,7 @@ GRPOTrainer pushes the model towards the completions that beat the others in the
 Fork this file: change a reward, the model or the dataset, and run it again.
 
 Run it
-    python grpo_math.py                                  # no GPU: offline demo on a tiny model (~1.5 min)
+    python grpo_math.py                                  # no GPU: offline demo on a tiny model (0.8 min)
     python grpo_math.py --max_steps 250                  # one GPU: Qwen2.5-0.5B-Instruct on GSM8K
     python grpo_math.py --use_peft --learning_rate 2e-5  # LoRA: a fraction of the memory
     python grpo_math.py --use_peft --load_in_4bit        # QLoRA (needs `pip install bitsandbytes`)
@@ -39,7 +39,7 @@ Several machines and vLLM's server mode: README.md, "Scale out".
 
 What to expect
     CPU demo (measured, 2 cores): held-out accuracy 34% -> 72%, strict format 1.00 throughout,
-    about 1.8 minutes in all (300 steps, 7 held-out checks). See README.md.
+    about 0.8 minutes in all (300 steps, 7 held-out checks). See README.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct starts near 20-30% on GSM8K in this strict format
     and climbs over a few hundred steps; the format rewards rise first, correctness follows.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and

@@ -28,7 +28,7 @@ With --turn_credit, that credit goes to the turn that earned it (MT-GRPO). With 
 out of view, so the agent can make more tool calls than its context holds (FoldGRPO, MEM1).
 
 Run it
-    python grpo_search.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
+    python grpo_search.py                                  # no GPU: offline demo on a tiny model (1.3 min)
     python grpo_search.py --turn_credit                    # the same, with turn-level credit
     python grpo_search.py --config assets/long_search.yaml # no GPU: chains of up to 8 scholars, a context that folds
     python grpo_search.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on HotpotQA
@@ -43,7 +43,7 @@ From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps",
 What to expect
     CPU demo (measured, 2 cores): "Where was the mentor of Scholar 318 born?" needs two searches over made-up
     scholars; the tiny model imitated a sloppy teacher that often answers with the scholar's own town. Greedy, it
-    answers 0.22 of the held-out questions right; after 80 steps (about 2.5 minutes), 0.78 (README.md: more figures).
+    answers 0.22 of the held-out questions right; after 80 steps (about 1.3 minutes), 0.78 (README.md: more figures).
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two searches; a few
     hundred steps on HotpotQA raise exact match by a few points.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and

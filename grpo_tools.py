@@ -24,7 +24,7 @@ tool-call format, TRL runs them and appends the results, and the model goes on u
 and a penalty for calls beyond a budget. Tool results are shown to the model but never trained on.
 
 Run it
-    python grpo_tools.py                                  # no GPU: offline demo on a tiny model (~2.5 min)
+    python grpo_tools.py                                  # no GPU: offline demo on a tiny model (1.4 min)
     python grpo_tools.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct on GSM8K with tools
     python grpo_tools.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_tools.py --config my_run.yaml             # any flag, from a YAML file
@@ -38,7 +38,7 @@ From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "
 What to expect
     CPU demo (measured, 2 cores): the tiny model starts out guessing (held-out accuracy 0.00,
     no tool calls under greedy decoding); after 200 steps it calls the calculator on every
-    question, every call runs, and accuracy is 0.85. About 2.5 minutes in all. See README.md.
+    question, every call runs, and accuracy is 0.85. About 1.4 minutes in all. See README.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the calculator on most GSM8K questions from the
     start; training raises the share of calls that run and the accuracy over a few hundred steps.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and
