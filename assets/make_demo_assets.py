@@ -457,24 +457,29 @@ def code_conversation(task: dict, grpo_code, rng: random.Random, teacher_error: 
     return messages + [{"role": "assistant", "content": f"```python\n{attempt}```"}]
 
 
-def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float,
-               try_rate: float):
+def code_tasks(data_dir: Path, make, seed: int):
+    """(grpo_code, its tools' descriptions, the generator after drawing the tasks, the training tasks); the tasks
+    are written to data_dir in HumanEval's layout, 100 of 700 held out."""
     sys.path.insert(0, str(HERE.parent))
     import grpo_code  # the system prompt, task message and tool description must be exactly what training shows
 
     env = grpo_code.ToolEnvironment()
     env.reset()
-    tools = grpo_code.tools_of(env)
     rng = random.Random(seed)
-    train, test = unique_problems(rng, make_code_task, "prompt", n_test=100, n_total=700)
-    data_dir = out / "toy_code"
+    train, test = unique_problems(rng, make, "prompt", n_test=100, n_total=700)
     data_dir.mkdir(parents=True, exist_ok=True)
     for split, rows in [("train", train), ("test", test)]:
         with open(data_dir / f"{split}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps({k: row[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution",
                                                         "test")}) + "\n")
+    return grpo_code, grpo_code.tools_of(env), rng, train
 
+
+def build_code(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float,
+               try_rate: float):
+    data_dir = out / "toy_code"
+    grpo_code, tools, rng, train = code_tasks(data_dir, make_code_task, seed)
     # Every task several times over, each with its own draw of the teacher's habits
     conversations = [code_conversation(t, grpo_code, rng, teacher_error, try_rate) for t in train * 4]
     warm_started_tool_model(out / "tiny-qwen-code", conversations, tools, warm_steps, hidden, layers, lr, seed)
@@ -512,22 +517,10 @@ def lab_conversation(task: dict, grpo_code, hack_lab, rng: random.Random, teache
 
 def build_code_lab(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, teacher_error: float,
                    hack_rate: float):
-    sys.path.insert(0, str(HERE.parent))
-    import grpo_code  # the system prompt, task message and tool description must be exactly what training shows
-    import hack_lab  # ... and the grader's sentence
-
-    env = grpo_code.ToolEnvironment()
-    env.reset()
-    tools = grpo_code.tools_of(env)
-    rng = random.Random(seed)
-    train, test = unique_problems(rng, make_lab_task, "prompt", n_test=100, n_total=700)
     data_dir = out / "toy_code_lab"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for split, rows in [("train", train), ("test", test)]:
-        with open(data_dir / f"{split}.jsonl", "w") as f:
-            for row in rows:
-                f.write(json.dumps({k: row[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution",
-                                                        "test")}) + "\n")
+    grpo_code, tools, rng, train = code_tasks(data_dir, make_lab_task, seed)
+    import hack_lab  # the grader's sentence, as the lab adds it to each prompt
+
     conversations = [lab_conversation(t, grpo_code, hack_lab, rng, teacher_error, hack_rate) for t in train * 4]
     warm_started_tool_model(out / "tiny-qwen-code-lab", conversations, tools, warm_steps, hidden, layers, lr, seed)
     print(f"wrote {data_dir} and {out / 'tiny-qwen-code-lab'}")

@@ -152,7 +152,11 @@ def test_trackio_the_tracker_the_readme_offers_works_after_the_install(tmp_path)
     result = run_script([*FAST_RUN, "--max_steps", "2", "--report_to", "trackio", "--output_dir", tmp_path / "run"],
                         env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [p for p in (tmp_path / "trackio").rglob("*") if p.is_file() and p.stat().st_size > 0]
+    import sqlite3
+
+    [database] = (tmp_path / "trackio").glob("*.db")  # one project: TRL's default, "huggingface"
+    logged = " ".join(str(row[0]) for row in sqlite3.connect(database).execute("select metrics from metrics"))
+    assert "train/rewards/correctness_reward/mean" in logged  # the run's own metrics, as TRL logs them
 
 
 def test_a_yaml_reads_its_relative_paths_against_its_own_folder(tmp_path, monkeypatch):
