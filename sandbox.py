@@ -624,9 +624,24 @@ def run_python(code: str) -> str:
 # result is not cached: run_hidden_tests runs the solution again when asked again).
 # What it cannot do: show the tests a solution's changes to its arguments (they see copies), or compare anything but
 # plain data. A task that needs either fails its own reference solution at load time and is dropped, said so.
+#
+# Three layouts, told apart by the entry point, with the same guarantees:
+# - "name": a function the tests call by name, or as check(candidate) (HumanEval, MBPP).
+# - "Solution().name": a method of a class (LeetCode). The tests' `Solution()` is a stand-in whose `name` is the
+#   candidate above; the worker calls the method of a fresh instance of the solution's class for each call, so
+#   what the tests compare is still the method's return value, as plain data.
+# - STDIN_PROGRAM ("<stdin>"): a program that reads stdin and prints the answer (CodeContests, APPS). The tests are
+#   a JSON object {"inputs": [...], "outputs": [...], "float_tolerance": 0}. The worker only compiles the program,
+#   then forks one process per case, whose stdin is a pipe holding that case's input alone and whose stdout is a
+#   pipe back to this process; this process compares what it printed when it exited: whitespace-normalised
+#   tokens, numbers within float_tolerance if one is given. A case passes only with exit status 0: a crash, an
+#   exit early, output written after the program ended, a visible example's output printed regardless of the
+#   input, all fail. The expected outputs stay in this process: never in a file, an argument or a worker.
+STDIN_PROGRAM = "<stdin>"
 _HIDDEN_TESTS_HARNESS = r'''
-import ast, builtins, ctypes, json, os, select, signal, sys, time
+import ast, builtins, ctypes, json, os, select, signal, socket, sys, time, types
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+STDIN_PROGRAM = {STDIN_PROGRAM!r}
 
 CODEC = r"""
 def encode(x, depth=0):  # plain data only, by exact type: subclasses (and their __eq__) do not get through
@@ -670,7 +685,7 @@ def decode(x):
 exec(CODEC)
 
 WORKER = r"""
-import json, os, sys
+import json, os, socket, sys, time
 sys.set_int_max_str_digits(0)
 requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
 null = os.open("/dev/null", os.O_RDWR)
@@ -688,19 +703,74 @@ def text(error):
     except BaseException:
         return ""
 
+def run_program(setup, program, stdin, stdout):  # one test case of a program, in its own process
+    os.dup2(stdin, 0)
+    os.dup2(stdout, 1)
+    os.closerange(3, 1 << 16)
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", closefd=False)
+    main, status = {"__name__": "__main__", "__builtins__": __builtins__}, 0
+    try:
+        exec(setup, main)
+        exec(program, main)
+    except SystemExit as error:
+        status = error.code if type(error.code) is int else 0 if error.code is None else 1
+    except BaseException:
+        status = 1
+    for finish in (lambda: sys.modules["threading"]._shutdown() if "threading" in sys.modules else None,
+                   lambda: sys.modules["atexit"]._run_exitfuncs() if "atexit" in sys.modules else None,
+                   sys.stdout.flush):
+        try:
+            finish()
+        except BaseException:
+            status = status or 1
+    os._exit(status & 255)
+
 job = json.loads(requests.readline())
 namespace = {"__name__": "__solution__"}
+owner, _, method = job["entry_point"].partition("().")  # "Solution().twoSum": a method of a class
 try:
-    exec(compile(job["setup"], "<prompt>", "exec"), namespace)
-    namespace.pop(job["entry_point"], None)  # the prompt's stub: the solution must define the function itself
-    exec(compile(job["solution"], "<solution>", "exec"), namespace)
-    function = namespace.get(job["entry_point"])
-    if not callable(function):
-        raise NameError(f"the solution does not define {job['entry_point']}()")
+    if job["entry_point"] == STDIN_PROGRAM:  # compiled here, run only in the processes forked below
+        setup, program = (compile(job[key], f"<{key}>", "exec") for key in ("setup", "solution"))
+    else:
+        exec(compile(job["setup"], "<prompt>", "exec"), namespace)
+        namespace.pop(owner, None)  # the prompt's stub: the solution must define the function itself
+        exec(compile(job["solution"], "<solution>", "exec"), namespace)
+        function = namespace.get(owner)
+        if method and callable(function) and callable(getattr(function, method, None)):
+            function = lambda *args, _new=function, **kwargs: getattr(_new(), method)(*args, **kwargs)
+        elif method or not callable(function):
+            raise NameError(f"the solution does not define {job['entry_point']}()")
 except BaseException as error:
     send(["load_error", f"{type(error).__name__}: {text(error)}"])
     os._exit(0)
 send(["ready"])
+if job["entry_point"] == STDIN_PROGRAM:  # per case: its stdin and stdout pipes arrive on fd 3; a process runs it
+    cases = socket.socket(fileno=3)
+    while True:
+        try:
+            _, fds, _, _ = socket.recv_fds(cases, 16, 2)
+        except OSError:
+            os._exit(0)
+        if len(fds) != 2:
+            os._exit(0)
+        pid = None
+        for wait in range(50):  # the sandbox's process limit is shared
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+        if pid == 0:
+            run_program(setup, program, *fds)
+        for fd in fds:
+            os.close(fd)
+        if pid is None:
+            send(["raise", "Failed", "no process slot for the program (the sandbox's process limit)"])
+            continue
+        send(["started", pid])
+        send(["exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])])
 while line := requests.readline():
     try:
         args, kwargs = json.loads(line)
@@ -709,7 +779,7 @@ while line := requests.readline():
         result = ["raise", type(error).__name__, text(error)]
     send(result)
 os._exit(0)
-""".replace("exec(CODEC)", CODEC)
+""".replace("exec(CODEC)", CODEC).replace("STDIN_PROGRAM", repr(STDIN_PROGRAM))
 
 
 class Failed(Exception):
@@ -723,6 +793,7 @@ class Worker:
     def __init__(self, fresh):
         request_read, self.requests = os.pipe()
         self.replies, reply_write = os.pipe()
+        self.cases, cases = socket.socketpair()  # a program's test cases: each one's stdin and stdout pipes
         for wait in range(50):  # the sandbox's process limit is shared: another call's fork bomb may hold it a while
             try:
                 self.pid = os.fork()
@@ -736,7 +807,8 @@ class Worker:
                 os.dup2(request_read, 0)  # in place of stdin, which the task is read from
                 os.dup2(reply_write, 1)
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-                os.closerange(3, 1 << 16)
+                os.dup2(cases.fileno(), 3)
+                os.closerange(4, 1 << 16)
                 if fresh:
                     os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", WORKER])
                 exec(WORKER, {"__name__": "__worker__"})
@@ -744,6 +816,7 @@ class Worker:
                 os._exit(127)
         os.close(request_read)
         os.close(reply_write)
+        cases.close()
         os.set_blocking(self.requests, False)
         self.buffer, self.reply = b"", None
 
@@ -775,6 +848,63 @@ class Worker:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def run_program(self, data):
+        """(exit status, stdout) of the program run once on `data` as its stdin, in a process of its own."""
+        stdin, feed = os.pipe()
+        output, stdout = os.pipe()
+        try:
+            socket.send_fds(self.cases, [b"run"], [stdin, stdout])
+        except OSError:
+            raise Failed("the solution's process died") from None
+        finally:
+            os.close(stdin)
+            os.close(stdout)
+        os.set_blocking(feed, False)
+        printed, pid, status, writing = b"", None, None, [feed] if data else []
+        if not data:
+            os.close(feed)
+        try:
+            while status is None:
+                left = case_deadline - time.monotonic()
+                ready, writable, _ = ([self.replies], [], None) if b"\n" in self.buffer else select.select(
+                    [output, self.replies], writing, [], max(0, left))  # (a reply already read, or wait)
+                if left <= 0 or not (ready or writable):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (OSError, TypeError):  # gone already, or never started
+                        pass
+                    raise Failed(f"timed out (over {job['case_seconds']} s)")
+                if writable:
+                    try:
+                        data = data[os.write(feed, data[:1 << 16]):]
+                    except OSError:  # the program stopped reading: what it read is what it got
+                        data = b""
+                    if not data:
+                        os.close(feed)
+                        writing = []
+                if output in ready:
+                    printed += os.read(output, 1 << 16)
+                    if len(printed) > job["reply_bytes"]:
+                        raise Failed("printed too much")
+                if self.replies in ready:
+                    reply = self.receive()
+                    if reply[0] == "raise":
+                        raise Failed(reply[2])
+                    pid, status = (reply[1], None) if reply[0] == "started" else (pid, reply[1])
+            os.set_blocking(output, False)
+            try:  # what is left in the pipe; what a process it left behind writes later does not count
+                while chunk := os.read(output, 1 << 16):
+                    printed += chunk
+                    if len(printed) > job["reply_bytes"]:
+                        raise Failed("printed too much")
+            except BlockingIOError:
+                pass
+        finally:
+            os.close(output)
+            if writing:
+                os.close(feed)
+        return status, printed.decode("utf-8", "replace")
+
     def close(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -783,6 +913,7 @@ class Worker:
         os.waitpid(self.pid, 0)
         os.close(self.requests)
         os.close(self.replies)
+        self.cases.close()
 
 
 try:
@@ -796,8 +927,8 @@ stop, deadline = None, time.monotonic() + job["deadline"]
 case_deadline = deadline
 
 
-def candidate(*args, **kwargs):
-    """The solution's function, as the tests call it: the call itself runs in the worker."""
+def in_worker(call):
+    """call(worker) with the solution loaded in a worker; a worker that crashed is replaced for the next case."""
     global worker, stop
     if stop:
         raise Failed(stop)
@@ -809,8 +940,7 @@ def candidate(*args, **kwargs):
             if worker.reply[0] != "ready":
                 stop = f"the solution did not load: {worker.reply[1]}"
                 raise Failed(stop)
-        worker.send([encode(list(args)), encode(dict(kwargs))])
-        reply = worker.receive()
+        return call(worker)
     except Failed as error:
         if "timed out" in str(error):
             stop = "skipped: an earlier case timed out"
@@ -820,6 +950,11 @@ def candidate(*args, **kwargs):
         raise
     except (ValueError, TypeError, KeyError, IndexError, RecursionError) as error:
         raise Failed(f"the solution's process sent an unreadable reply ({type(error).__name__})") from None
+
+
+def candidate(*args, **kwargs):
+    """The solution's function, as the tests call it: the call itself runs in the worker."""
+    reply = in_worker(lambda w: (w.send([encode(list(args)), encode(dict(kwargs))]), w.receive())[1])
     try:
         if reply[0] == "ok":
             return decode(reply[1])
@@ -844,36 +979,80 @@ def why(error):
     return (error.args[0] if isinstance(error, Failed) else f"{type(error).__name__}: {error}")[:job["error_chars"]]
 
 
+def tokens(text):
+    """What a program's output is compared by: the words of each line that is not blank."""
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def same_output(got, expected, tolerance):
+    got, expected = tokens(got), tokens(expected)
+    if got == expected or not tolerance or [len(line) for line in got] != [len(line) for line in expected]:
+        return got == expected
+    for a, b in zip(sum(got, []), sum(expected, [])):
+        try:
+            if a != b and not abs(float(a) - float(b)) <= tolerance * max(1.0, abs(float(b))):
+                return False
+        except ValueError:  # not numbers: only the same word matches
+            return False
+    return True
+
+
+def show(text):
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def program_case(data, expected, tolerance):
+    """One case of a program: its output for `data` on stdin, compared here with the expected output."""
+    status, printed = in_worker(lambda w: w.run_program(data.encode()))
+    if status != 0:
+        raise Failed(f"exit status {status}" if status > 0 else f"killed by signal {-status}")
+    if not same_output(printed, expected, tolerance):
+        raise Failed(f"wrong output: printed {show(printed.strip())}, expected {show(expected.strip())}")
+
+
 namespace = {"__name__": "__tests__"}
 passed, errors, harness_error = [], [], None
+owner, _, method = job["entry_point"].partition("().")
+cases = []  # (run the case, whether it counts): a program's input/output pairs, or the tests' statements
 try:
-    tree = ast.parse(job["tests"])
-    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-    exec(compile(job["setup"], "<prompt>", "exec"), namespace)  # e.g. helper functions the tests call
-    namespace[job["entry_point"]] = candidate
-    if check is not None:  # HumanEval's layout: check(candidate) holds the cases
-        setup, statements = [n for n in tree.body if n is not check], check.body
-        namespace.update({a.arg: candidate for a in check.args.args[:1]})
-    else:  # MBPP's layout: asserts that call the function by name
-        setup, statements = [], tree.body
-    for node in setup:
-        exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace)
+    if job["entry_point"] == STDIN_PROGRAM:
+        tests = json.loads(job["tests"])
+        inputs, outputs, tolerance = tests["inputs"], tests["outputs"], float(tests.get("float_tolerance") or 0)
+        if len(inputs) != len(outputs) or not all(type(x) is str for x in inputs + outputs):
+            raise ValueError("the tests need as many outputs as inputs, all strings")
+        cases = [(lambda data=data, expected=expected: program_case(data, expected, tolerance), True)
+                 for data, expected in zip(inputs, outputs)]
+    else:
+        tree = ast.parse(job["tests"])
+        check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+        exec(compile(job["setup"], "<prompt>", "exec"), namespace)  # e.g. helper functions the tests call
+        # the name the tests call: the function, or for a method its class, whose instances' method is the candidate
+        namespace[owner] = (lambda *args, **kwargs: types.SimpleNamespace(**{method: candidate})) if method else candidate
+        if check is not None:  # HumanEval's layout: check(candidate) holds the cases
+            setup, statements = [n for n in tree.body if n is not check], check.body
+            namespace.update({a.arg: candidate for a in check.args.args[:1]})
+        else:  # MBPP's layout: asserts that call the function by name
+            setup, statements = [], tree.body
+        for node in setup:
+            exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace)
+        cases = [(lambda node=node: exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace),
+                  is_case(node)) for node in statements]
 except Exception as error:
-    statements, harness_error = [], why(error)
-for node in statements:
+    cases, harness_error = [], why(error)
+for run_case, counts in cases:
     case_deadline = min(time.monotonic() + job["case_seconds"], deadline)
     try:
-        exec(compile(ast.Module([node], []), "<tests>", "exec", optimize=0), namespace)
+        run_case()
         error = None
     except BaseException as e:
         error = why(e)
-    if is_case(node):
+    if counts:
         passed.append(error is None)
         errors.append(error)
 if worker is not None:
     worker.close()
 print("\n" + json.dumps({"passed": passed, "errors": errors, "harness_error": harness_error}))
-'''
+'''.replace("{STDIN_PROGRAM!r}", repr(STDIN_PROGRAM))
 
 
 
