@@ -19,7 +19,7 @@
 and is scored by hidden tests.
 
 Each rollout is a conversation: the task is a function to write (a signature and docstring, or a
-description and one example test). The model may call `run_python` to try its code and read the
+description and one example test), or in the other layouts a LeetCode class or a program that reads stdin. The model may call `run_python` to try its code and read the
 output or the traceback, and ends with its solution in one ```python block. Hidden tests, never
 shown to the model, decide the reward: they run in the same sandbox, each test case scored on its
 own, through a harness the code under test cannot fool (exiting early, objects that equal anything,
@@ -31,6 +31,7 @@ Run it
     python grpo_code.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct, MBPP -> HumanEval
     python grpo_code.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_code.py --dataset_name tasks.jsonl       # your own tasks: a prompt, an entry point, tests
+    python grpo_code.py --dataset_name tasks.jsonl --layout stdio  # programs and input/output pairs (README: layouts)
     python grpo_code.py --config my_run.yaml             # any flag, from a YAML file
     accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_code.py
         # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
@@ -64,7 +65,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
 try:  # the sandbox that runs the model's code and the hidden tests, one copy for every script
-    from sandbox import SCORING_THREADS, run_hidden_tests, run_hidden_tests_batch, run_python
+    from sandbox import SCORING_THREADS, STDIN_PROGRAM, run_hidden_tests, run_hidden_tests_batch, run_python
 except ImportError:
     sys.exit("grpo_code.py needs sandbox.py, which runs the model's code and the hidden tests: copy it from the "
              "repository beside this script")
@@ -86,6 +87,12 @@ def arg(default, help):
 # one (its chat template must be one TRL can drive tool calls with).
 # %%
 SYSTEM_PROMPT = """Write the Python function the user asks for. You may test code with run_python first. End with the whole function in one ```python block."""
+# The same for the other task layouts (--layout): LeetCode's class, or a program that reads stdin
+LAYOUT_SYSTEM_PROMPTS = {
+    "function": SYSTEM_PROMPT,
+    "class": """Write the Python class the user asks for. You may test code with run_python first. End with the whole class in one ```python block.""",
+    "stdio": """Write the Python program the user asks for: it reads its input from stdin and prints the answer. You may test code with run_python first. End with the whole program in one ```python block.""",
+}
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # native tool calls in a template TRL recognises; fits a T4
 DEFAULT_DATASET = ("google-research-datasets/mbpp", "sanitized")  # train; evaluate on HumanEval (below)
@@ -106,14 +113,26 @@ class ScriptArguments:
     eval_dataset_name: str = arg("openai/openai_humaneval", "Tasks to evaluate on (hidden tests, greedy); 'none' to "
                                                             "hold out training tasks instead.")
     eval_dataset_config: str = arg(None, "Configuration of --eval_dataset_name.")
+    layout: str = arg("auto", "How tasks are solved and tested: 'function' (a function, asserts: HumanEval, MBPP), "
+                              "'class' (class Solution with a method, tests call Solution().method: LeetCode), "
+                              "'stdio' (a program reading stdin, tests are input/output pairs: CodeContests, APPS), "
+                              "or 'auto': from the columns (README: Task layouts).")
     prompt_column: str = arg(None, "Column with the task: code to complete (a signature and docstring) or a "
-                                   "description. Default: 'prompt', else 'text'.")
+                                   "description. Default: 'prompt', else 'text' (class: 'query', 'question', ...).")
     tests_column: str = arg(None, "Column with the hidden tests: Python source (asserts, or a check(candidate) "
-                                  "function as in HumanEval) or a list of assert lines. Default: 'test', else 'test_list'.")
-    entry_point_column: str = arg(None, "Column with the function's name. Default: 'entry_point', else found from "
-                                        "the reference solution and the tests.")
+                                  "function as in HumanEval) or a list of assert lines; stdio: input/output pairs, "
+                                  "several columns joined with '+'. Default: 'test', else 'test_list' (README).")
+    entry_point_column: str = arg(None, "Column with the function's name (class: 'Solution().method' or the "
+                                        "method). Default: 'entry_point', else found from the reference solution "
+                                        "and the tests (class: 'entry_point', else 'func_name').")
     solution_column: str = arg(None, "Column with a reference solution, checked against the tests at load time "
-                                     "(a task it fails is dropped). Default: 'canonical_solution', else 'code'.")
+                                     "(a task it fails is dropped). Default: 'canonical_solution', else 'code' "
+                                     "(class: 'completion' first; stdio: 'solution' first).")
+    setup_column: str = arg(None, "Column with code the solution and the tests run after: imports, helper classes "
+                                  "(ListNode, TreeNode). Default: the prompt when it is code (function), "
+                                  "'setup_code' (class, stdio; class also 'prompt' when that is not the task).")
+    float_tolerance: float = arg(0.0, "stdio: numbers in a program's output may differ from the expected ones by "
+                                      "this much (relative, for numbers above 1); 0: the same words exactly.")
     max_prompt_tokens: int = arg(1024, "Prompts longer than this (tool descriptions included) are dropped.")
     num_eval_examples: int = arg(200, "Held-out tasks scored before and after training (0 = skip).")
     eval_batch_size: int = arg(32, "Tasks per generate() call during evaluation.")
@@ -188,8 +207,21 @@ DEMO_SETTINGS = dict(
 # with a prompt, tests and an entry point works (see the column flags). Tasks whose own reference solution fails
 # their tests are reported and dropped.
 # %%
-def task_message(prompt: str, tests: str, entry_point: str, setup: str) -> str:
-    """What the model reads: code to complete (HumanEval), or a description and the first test (MBPP)."""
+def layout_of(entry_point: str) -> str:
+    """A task's layout, told by its entry point: 'Solution().twoSum' (class), STDIN_PROGRAM (stdio), or a name."""
+    return "stdio" if entry_point == STDIN_PROGRAM else "class" if "()." in entry_point else "function"
+
+
+def task_message(prompt: str, tests: str, entry_point: str, setup: str, starter: str = "") -> str:
+    """What the model reads: code to complete (HumanEval), a description and the first test (MBPP), a problem and
+    the class's starter code (LeetCode), or a problem whose answer is a program that reads stdin."""
+    if layout_of(entry_point) == "stdio":
+        return f"{prompt.strip()}\nWrite a Python program that reads the input from stdin and prints the answer."
+    if layout_of(entry_point) == "class":
+        owner, method = entry_point.split("().")
+        shown = starter.strip() in prompt if starter.strip() else True  # the problem text often holds it already
+        return (f"{prompt.strip()}\nWrite it as the method `{method}` of `class {owner}`" +
+                ("." if shown else f", starting from:\n```python\n{starter.strip()}\n```"))
     if setup:  # the prompt is code: a signature and a docstring
         return f"Complete this Python function:\n```python\n{prompt.strip()}\n```"
     example = next((ast.get_source_segment(tests, node) for node in ast.parse(tests).body
@@ -198,12 +230,18 @@ def task_message(prompt: str, tests: str, entry_point: str, setup: str) -> str:
 
 
 def defines(code: str, name: str) -> bool:
-    """Whether `code` parses and defines a top-level function `name`."""
+    """Whether `code` parses and defines a top-level function `name`, for 'Solution().twoSum' a class Solution with
+    a method twoSum, and for a program (STDIN_PROGRAM) whether it parses."""
+    owner, _, method = name.partition("().")
     try:
-        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-                   for n in ast.parse(code).body)
+        body = ast.parse(code).body
     except (SyntaxError, ValueError):
         return False
+    if method:
+        return any(isinstance(n, ast.ClassDef) and n.name == owner and defines(ast.unparse(ast.Module(n.body, [])),
+                                                                               method) for n in body)
+    return name == STDIN_PROGRAM or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                                        for n in body)
 
 
 def load_data(script_args, tokenizer, seed):
@@ -235,9 +273,9 @@ def load_data(script_args, tokenizer, seed):
     for rows, source in ((train, name), (test, eval_name)):
         tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
         for task in tasks:
-            task["prompt"] = [{"role": "system", "content": SYSTEM_PROMPT},
-                              {"role": "user", "content": task_message(**{k: task[k] for k in
-                                                                          ("prompt", "tests", "entry_point", "setup")})}]
+            task["prompt"] = [{"role": "system", "content": LAYOUT_SYSTEM_PROMPTS[layout_of(task["entry_point"])]},
+                              {"role": "user", "content": task_message(**{k: task[k] for k in (
+                                  "prompt", "tests", "entry_point", "setup", "starter")})}]
         rows = Dataset.from_list(tasks) if tasks else Dataset.from_dict({"prompt": []})
         before = len(rows)
         rows = rows.filter(fits) if before else rows
@@ -443,19 +481,98 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
 # run instruments (instruments.py), the sandbox (sandbox.py). README: "Which file holds what".
 # %% [markdown]
 # ## Task layouts
-# Rows of HumanEval, MBPP or your own layout become tasks (prompt, tests, entry point, setup, reference);
-# tasks whose reference solution fails its own tests are reported and dropped.
+# Rows of HumanEval, MBPP, LeetCode (a class), stdin/stdout sets (CodeContests, APPS) or your own columns become
+# tasks (prompt, tests, entry point, setup, reference, starter code); tasks whose reference solution fails its own
+# tests are reported and dropped.
 # %%
 def called_names(code: str) -> list:
     """Names of the functions a piece of code calls, in order."""
     return [n.func.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
 
 
+LAYOUTS = ("function", "class", "stdio")
+# The columns each layout looks for when no flag names one, in order: HumanEval and MBPP; LeetCodeDataset and the
+# reward-hacking study's LeetCode tasks; CodeContests, APPS/TACO, LiveCodeBench and one's own input/output pairs.
+LAYOUT_COLUMNS = {
+    "function": dict(prompt=["prompt", "text"], tests=["test", "test_list"], entry_point=["entry_point"],
+                     solution=["canonical_solution", "code"], setup=[]),
+    "class": dict(prompt=["query", "question", "problem_description", "prompt"], tests=["test", "gt_answer", "test_list"],
+                  entry_point=["entry_point", "func_name"], solution=["completion", "canonical_solution", "solution"],
+                  setup=["setup_code", "prompt"]),
+    "stdio": dict(prompt=["prompt", "question", "description", "problem", "text"],
+                  tests=["tests", "input_output", "test", "private_tests"], entry_point=[],
+                  solution=["solution", "canonical_solution", "code", "solutions"], setup=["setup_code"]),
+}
+
+
+def io_pairs(value):
+    """A stdio task's tests, as {"inputs": [...], "outputs": [...]}, from {"inputs", "outputs"} (APPS, TACO),
+    {"input", "output"} lists (CodeContests), a list of {"input", "output"} (LiveCodeBench) or of pairs, or the
+    JSON text of any of these; None for anything else (APPS's call-based tasks, Python asserts)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if isinstance(value, dict) and "fn_name" not in value:
+        inputs, outputs = value.get("inputs", value.get("input")), value.get("outputs", value.get("output"))
+    elif isinstance(value, list) and all(isinstance(case, dict) and "input" in case for case in value):
+        inputs, outputs = [case["input"] for case in value], [case.get("output") for case in value]
+    elif isinstance(value, list) and all(isinstance(case, (list, tuple)) and len(case) == 2 for case in value):
+        inputs, outputs = [case[0] for case in value], [case[1] for case in value]
+    else:
+        return None
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        return None
+    text = lambda x: "\n".join(map(str, x)) if isinstance(x, list) else str(x)  # noqa: E731 (lines -> text)
+    return {"inputs": [text(x) for x in inputs], "outputs": [text(x) for x in outputs]}
+
+
+def detect_layout(rows) -> str:
+    """'class' when an entry point reads like 'Solution().twoSum', 'stdio' when a tests column holds input/output
+    pairs, else 'function'."""
+    first = rows[0] if len(rows) else {}
+    if any(re.fullmatch(r"\w+\(\)\.\w+", str(first.get(c))) for c in LAYOUT_COLUMNS["class"]["entry_point"]):
+        return "class"
+    return "stdio" if any(io_pairs(first.get(c)) for c in LAYOUT_COLUMNS["stdio"]["tests"] if c in first) else "function"
+
+
+def starter_of(row, reference: str, owner: str, method: str) -> str:
+    """The class's starter code: a 'starter_code' column (LeetCodeDataset, LiveCodeBench; the study's
+    prompt_metadata), else the reference's class and method signature."""
+    given = row.get("starter_code") or (row.get("prompt_metadata") or {}).get("starter_code")
+    if given:
+        return str(given)
+    try:
+        cls = next(n for n in ast.parse(reference).body if isinstance(n, ast.ClassDef) and n.name == owner)
+        function = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    except (StopIteration, SyntaxError, ValueError):
+        return ""
+    returns = f" -> {ast.unparse(function.returns)}" if function.returns else ""
+    return f"class {owner}:\n    def {method}({ast.unparse(function.args)}){returns}:\n        "
+
+
+def one_solution(value) -> str:
+    """A reference solution: text, the first of a list, or CodeContests' {"language", "solution"} (Python 3's)."""
+    if isinstance(value, dict) and isinstance(value.get("solution"), list):
+        pairs = list(zip(value.get("language") or [3] * len(value["solution"]), value["solution"]))
+        value = [code for language, code in pairs if language in (3, "PYTHON3", "python3", "python")]
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return str(value or "")
+
+
 def to_tasks(rows, script_args, name: str, flags_must_match: bool = True) -> list[dict]:
-    """Rows of any supported layout -> {prompt, tests, entry_point, setup, answer (the reference, or '')}. The column
-    flags name the training data's columns; a separate evaluation set (flags_must_match=False) uses a flag only
-    where it has that column, and finds the others by name (HumanEval's, by default)."""
+    """Rows of any supported layout -> {prompt, tests, entry_point, setup, answer (the reference, or ''), starter
+    (the class layout's starter code, or '')}. The column flags name the training data's columns; a separate
+    evaluation set (flags_must_match=False) uses a flag only where it has that column, finds the others by name
+    (HumanEval's, by default), and has its layout found from its columns."""
     columns = rows.column_names
+    layout = script_args.layout if flags_must_match else "auto"
+    if layout not in ("auto", *LAYOUTS):
+        raise RecipeError(f"--layout {layout}: use one of auto, {', '.join(LAYOUTS)}")
+    layout = detect_layout(rows) if layout == "auto" else layout
+    defaults = LAYOUT_COLUMNS[layout]
 
     def column(flag, chosen, defaults, required=True):
         if chosen is not None and chosen not in columns and not flags_must_match:
@@ -465,31 +582,63 @@ def to_tasks(rows, script_args, name: str, flags_must_match: bool = True) -> lis
         found = chosen or next((c for c in defaults if c in columns), None)
         if found is None and required:
             raise RecipeError(f"dataset '{name}' has none of the columns {defaults} (it has {columns}): "
-                              f"pass --{flag} NAME")
+                              f"pass --{flag} NAME" + ("" if script_args.layout != "auto" else
+                                                       f" (or --layout: these are the {layout} layout's)"))
         return found
 
-    prompt_col = column("prompt_column", script_args.prompt_column, ["prompt", "text"])
-    tests_col = column("tests_column", script_args.tests_column, ["test", "test_list"])
-    entry_col = column("entry_point_column", script_args.entry_point_column, ["entry_point"], required=False)
-    solution_col = column("solution_column", script_args.solution_column, ["canonical_solution", "code"], False)
+    prompt_col = column("prompt_column", script_args.prompt_column, defaults["prompt"])
+    tests_flag = script_args.tests_column if layout == "stdio" and script_args.tests_column else None
+    tests_cols = ([column("tests_column", part, []) for part in tests_flag.split("+")] if tests_flag else
+                  [column("tests_column", script_args.tests_column, defaults["tests"])])
+    entry_col = column("entry_point_column", script_args.entry_point_column, defaults["entry_point"],
+                       required=layout == "class")
+    solution_col = column("solution_column", script_args.solution_column, defaults["solution"], False)
+    setup_col = column("setup_column", script_args.setup_column, [c for c in defaults["setup"] if c != prompt_col],
+                       False)
     tasks = []
     for row in rows:
-        tests = row[tests_col]
+        prompt, reference = str(row[prompt_col]), one_solution(row[solution_col]) if solution_col else ""
+        setup, starter = str(row[setup_col] or "") if setup_col else "", ""
+        if layout == "stdio":  # input/output pairs, from one column or several
+            found = [io_pairs(row[c]) for c in tests_cols]
+            tests = {"inputs": sum((f["inputs"] for f in found if f), []),
+                     "outputs": sum((f["outputs"] for f in found if f), [])}
+            if script_args.float_tolerance:
+                tests["float_tolerance"] = script_args.float_tolerance
+            tasks.append({"prompt": prompt, "tests": json.dumps(tests) if all(found) else "", "entry_point": STDIN_PROGRAM,
+                          "setup": setup, "answer": reference, "starter": ""})
+            continue
+        tests = row[tests_cols[0]]
         tests = "\n".join(map(str, tests)) if isinstance(tests, list) else str(tests)
         tests = "\n".join([*map(str, row.get("test_imports") or []), str(row.get("test_setup_code") or ""),
                            tests])  # MBPP keeps its imports and setup apart
-        prompt, reference = str(row[prompt_col]), str(row[solution_col] or "") if solution_col else ""
+        if layout == "class":  # 'Solution().twoSum', or the method's name alone
+            entry_point = str(row[entry_col]).strip()
+            if not re.fullmatch(r"\w+\(\)\.\w+", entry_point):
+                method = entry_point.rpartition(".")[2].strip("()")
+                owner = next((c for c in re.findall(r"^class (\w+)", reference, re.MULTILINE)
+                              if defines(reference, f"{c}().{method}")), "Solution")
+                entry_point = f"{owner}().{method}"
+            starter = starter_of(row, reference, *entry_point.split("()."))
+            tasks.append({"prompt": prompt, "tests": tests, "entry_point": entry_point, "setup": setup,
+                          "answer": reference, "starter": starter})
+            continue
         try:
             entry_point = str(row[entry_col]) if entry_col else next(
                 (n for n in called_names(tests) if defines(reference, n)),
                 next((n for n in called_names(tests) if not hasattr(builtins, n)), ""))
         except (SyntaxError, ValueError):
             entry_point = ""
-        setup = prompt if defines(prompt, entry_point) else ""  # code the solution continues (helpers too)
+        if not setup_col:
+            setup = prompt if defines(prompt, entry_point) else ""  # code the solution continues (helpers too)
         if reference and not defines(reference, entry_point):  # HumanEval: the body that completes the prompt
             reference = prompt + reference
         tasks.append({"prompt": prompt, "tests": tests, "entry_point": entry_point, "setup": setup,
-                      "answer": reference})
+                      "answer": reference, "starter": ""})
+    if layout == "stdio" and tasks and not any(task["tests"] for task in tasks):
+        raise RecipeError(f"dataset '{name}': column {'+'.join(tests_cols)!r} holds no input/output pairs (e.g. "
+                          "{\"inputs\": [...], \"outputs\": [...]}): pass --tests_column NAME, or --layout function "
+                          "or class for tests written as asserts")
     return tasks
 
 
@@ -500,8 +649,10 @@ def check_tasks(tasks: list[dict], name: str) -> list[dict]:
 
     def usable(task):
         try:
+            if task["entry_point"] == STDIN_PROGRAM:  # input/output pairs
+                return bool(json.loads(task["tests"])["inputs"])
             return task["entry_point"] and any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(task["tests"])))
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, KeyError):
             return False
 
     kept = [task for task in tasks if usable(task)]

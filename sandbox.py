@@ -14,7 +14,8 @@ What is here, in order:
 - `run_python(code) -> str`: the tool. The comment above it says what a call contains and what not, per mode:
   read it before you offer this tool to a model.
 - The hidden tests: `_HIDDEN_TESTS_HARNESS`, `run_hidden_tests` (one solution; results cached, failures not) and
-  `run_hidden_tests_batch` (many, in parallel). The comment above the harness says why it cannot be fooled.
+  `run_hidden_tests_batch` (many, in parallel), for a function, a class's method (`Solution().twoSum`) or a program
+  that reads stdin (`STDIN_PROGRAM`). The comment above the harness says why it cannot be fooled.
 
 What a call contains, in short (in full above `run_python`): in every mode 5 s, 5 s of CPU, 512 MB, 1 MB per file,
 an empty environment, a fresh fork of one clean interpreter, and (x86_64, aarch64) a seccomp filter that refuses

@@ -92,7 +92,8 @@ def test_tasks_in_every_layout(tmp_path):
 
     from datasets import Dataset
 
-    flags = SimpleNamespace(prompt_column=None, tests_column=None, entry_point_column=None, solution_column=None)
+    flags = SimpleNamespace(layout="auto", prompt_column=None, tests_column=None, entry_point_column=None,
+                            solution_column=None, setup_column=None, float_tolerance=0.0)
     humaneval = [json.loads(line) for line in gzip.open(REPO / "tests" / "data" / "humaneval" / "HumanEval.jsonl.gz",
                                                         "rt")][:3]
     tasks = gc.to_tasks(Dataset.from_list(humaneval), flags, "humaneval")
@@ -111,6 +112,78 @@ def test_tasks_in_every_layout(tmp_path):
     assert "`similar_elements`" in message and mbpp[0]["test_list"][0] in message
     assert mbpp[0]["test_list"][1] not in message  # only one example is shown; every test stays hidden
     assert gc.check_tasks([task], "mbpp") == [task]
+
+
+LEETCODE_DATA = REPO / "tests" / "data" / "leetcode" / "leetcode_30.jsonl.gz"
+STDIO_DATA = REPO / "tests" / "data" / "stdio" / "tasks.jsonl"
+NO_FLAGS = dict(layout="auto", prompt_column=None, tests_column=None, entry_point_column=None, solution_column=None,
+                setup_column=None, float_tolerance=0.0)
+
+
+def test_leetcode_tasks_in_the_class_layout():
+    """LeetCodeDataset's rows, found by their columns: the method's class, its setup block, its starter code."""
+    from types import SimpleNamespace
+
+    rows = gc.read_dataset(str(LEETCODE_DATA), None)["train"]
+    assert gc.detect_layout(rows) == "class"
+    tasks = gc.to_tasks(rows, SimpleNamespace(**NO_FLAGS), "leetcode")
+    row, task = rows[0], tasks[0]
+    assert task["entry_point"] == row["func_name"] == "Solution().shortestDistanceAfterQueries"
+    assert task["setup"] == row["setup_code"] and task["answer"] == row["canonical_solution"]
+    assert task["tests"].strip() == "\n".join(row["gt_answer"]) and task["starter"] == row["prompt_metadata"]["starter_code"]
+    message = gc.task_message(**{k: task[k] for k in ("prompt", "tests", "entry_point", "setup", "starter")})
+    assert message.startswith(row["question"].strip()) and "method `shortestDistanceAfterQueries` of `class Solution`" in message
+    assert row["gt_answer"][0] not in message  # the tests stay hidden
+    assert gc.LAYOUT_SYSTEM_PROMPTS["class"].startswith("Write the Python class")
+    assert gc.defines(row["canonical_solution"], task["entry_point"])
+    assert not gc.defines("def shortestDistanceAfterQueries(n, queries):\n    pass\n", task["entry_point"])
+    # the method's name alone (LiveCodeBench), no starter column: the class comes from the reference, and so does
+    # the starter code the prompt shows
+    bare = [{"question": "Add two numbers.", "func_name": "add", "tests": "assert Solution().add(1, 2) == 3",
+             "canonical_solution": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n"}]
+    from datasets import Dataset
+
+    task = gc.to_tasks(Dataset.from_list(bare), SimpleNamespace(**dict(NO_FLAGS, layout="class",
+                                                                      tests_column="tests")), "bare")[0]
+    assert task["entry_point"] == "Solution().add"
+    assert task["starter"] == "class Solution:\n    def add(self, a: int, b: int) -> int:\n        "
+    assert "starting from:\n```python\nclass Solution:" in gc.task_message(
+        **{k: task[k] for k in ("prompt", "tests", "entry_point", "setup", "starter")})
+    assert gc.check_tasks([task], "bare") == [task]
+
+
+def test_stdio_tasks_from_the_layouts_datasets_use():
+    """Input/output pairs as CodeContests, APPS and LiveCodeBench store them all become the same tests."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    pairs = {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}
+    forms = [pairs, json.dumps(pairs), {"input": pairs["inputs"], "output": pairs["outputs"]},
+             json.dumps([{"input": i, "output": o, "testtype": "stdin"} for i, o in zip(*pairs.values())])]
+    assert all(gc.io_pairs(form) == pairs for form in forms)
+    assert gc.io_pairs("assert f(1) == 2") is None and gc.io_pairs({"inputs": [[1]], "outputs": [2],
+                                                                    "fn_name": "f"}) is None
+    rows = gc.read_dataset(str(STDIO_DATA), None)["train"]
+    assert gc.detect_layout(rows) == "stdio"
+    tasks = gc.to_tasks(rows, SimpleNamespace(**dict(NO_FLAGS, float_tolerance=1e-6)), "stdio")
+    assert all(t["entry_point"] == gc.STDIN_PROGRAM and json.loads(t["tests"])["float_tolerance"] == 1e-6
+               for t in tasks)
+    message = gc.task_message(**{k: tasks[0][k] for k in ("prompt", "tests", "entry_point", "setup", "starter")})
+    assert message.startswith(rows[0]["prompt"].strip()) and "reads the input from stdin" in message
+    assert rows[0]["tests"]["outputs"][0].strip() not in message.split("Example")[0]
+    assert gc.check_tasks(tasks, "stdio") == tasks  # every reference passes
+    wrong = gc.to_tasks(rows, SimpleNamespace(**dict(NO_FLAGS, solution_column="wrong")), "stdio")
+    assert gc.check_tasks(wrong, "stdio") == []  # every wrong program fails
+    # CodeContests: public and private tests in two columns, joined with '+'; solutions by language
+    contest = Dataset.from_list([{"description": "Add a and b.", "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+                                  "private_tests": {"input": ["5 5\n"], "output": ["10\n"]},
+                                  "solutions": {"language": [2, 3], "solution": ["int main(){}",
+                                                                                "print(sum(map(int, input().split())))"]}}])
+    task = gc.to_tasks(contest, SimpleNamespace(**dict(NO_FLAGS, tests_column="public_tests+private_tests")),
+                       "contest")[0]
+    assert json.loads(task["tests"]) == {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}
+    assert task["answer"].startswith("print(") and gc.check_tasks([task], "contest") == [task]
 
 
 def test_eval_only_on_real_humaneval(tmp_path):
@@ -173,8 +246,35 @@ def test_a_task_whose_reference_fails_is_reported_and_dropped(tmp_path):
     assert json.loads((out / "eval.json").read_text())["eval_only"]["num_examples"] == 16
 
 
+def test_leetcode_and_stdio_tasks_through_the_users_path(tmp_path):
+    """Public LeetCode tasks (a .jsonl.gz, as downloaded) and stdin/stdout tasks (a JSONL named with the column
+    flags) as a user passes them: every reference passes at load time, and held-out rollouts are scored."""
+    for data, flags in ((LEETCODE_DATA, []), (STDIO_DATA, ["--prompt_column", "prompt", "--tests_column", "tests",
+                                                           "--solution_column", "solution"])):
+        out = tmp_path / data.name
+        result = run_script([*FAST_RUN, "--dataset_name", data, *flags, "--num_eval_examples", "2", "--eval_batch_size",
+                             "2", "--max_completion_length", "16", "--max_prompt_tokens", "100000", "--eval_only",
+                             "--output_dir", out], script="grpo_code.py")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "dropped" not in result.stdout, result.stdout[-2000:]  # all 30 (6) references pass
+        assert json.loads((out / "eval.json").read_text())["eval_only"]["num_examples"] == 2
+        rows = [json.loads(line) for line in (out / "eval_only.jsonl").read_text().splitlines()]
+        layout = "class" if data == LEETCODE_DATA else "stdio"
+        assert rows[0]["prompt"][0]["content"] == gc.LAYOUT_SYSTEM_PROMPTS[layout]
+        assert gc.layout_of(rows[0]["columns"]["entry_point"]) == layout
+    # a wrong program in the solution column: every task reported and dropped, and the run stops in one line
+    result = run_script([*FAST_RUN, "--dataset_name", STDIO_DATA, "--solution_column", "wrong", "--output_dir",
+                         tmp_path / "wrong"], script="grpo_code.py")
+    assert result.returncode != 0 and "whose reference solution fails its own tests" in result.stdout
+    assert "no usable training task" in result.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--tests_column", "tests"], "has no column 'tests'"),
+    (["--layout", "program"], "--layout program: use one of auto, function, class, stdio"),
+    (["--layout", "stdio"], "holds no input/output pairs"),  # the toy tasks' tests are asserts
+    (["--layout", "class", "--dataset_name", STDIO_DATA, "--tests_column", "tests"], "pass --entry_point_column NAME"),
+    (["--setup_column", "imports"], "has no column 'imports'"),
     (["--dataset_train_split", "train+dev"], "has no split 'dev'"),
     (["--dataset_name", "missing.jsonl"], "no such file or folder: missing.jsonl (check the path given to --dataset_name)"),
     (["--eval_dataset_name", "./tasks"], "no such file or folder: ./tasks (check the path given to --eval_dataset_name)"),
