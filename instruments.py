@@ -48,7 +48,8 @@ class InstrumentArguments:
                                  "questions, logged as eval/accuracy and plotted (0 = never).")
     num_mid_eval_examples: int = arg(64, "Held-out questions scored at each mid-run evaluation (the first ones).")
     print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
-    train_samples_per_log: int = arg(2, "Rollouts saved to train_samples.jsonl per logged step (0 = none, -1 = all).")
+    train_samples_per_log: int = arg(2, "Groups (a prompt with all its rollouts) saved to train_samples.jsonl per "
+                                        "logged step (0 = none, -1 = all).")
     replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
     skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
@@ -60,7 +61,7 @@ class InstrumentArguments:
     def __post_init__(self):  # a ValueError here is the script's one-line error
         if self.eval_num_samples < 1 or self.mid_eval_steps < 0 or self.train_samples_per_log < -1:
             raise ValueError("--eval_num_samples must be 1 or more, --mid_eval_steps 0 or more (0 turns it off), "
-                             "--train_samples_per_log 0 or more, or -1 for every rollout")
+                             "--train_samples_per_log 0 or more, or -1 for every group")
         if self.skip_zero_signal < 0:
             raise ValueError("--skip_zero_signal is the turns a prompt with no signal sits out: 0 (off) or more")
         if self.print_samples_every < 0 or self.num_mid_eval_examples < 0:
@@ -189,6 +190,8 @@ class Run:
                     results[name].update(self.lab.held_out(self.eval_file(name)) or {})
             results["hack_lab"] = self.lab.summary(state.log_history, results.get("warnings", []), counts)
         results.update(model=self.model_args.model_name_or_path, dataset=self.script_args.dataset_name,
+                       outcome_reward=r.OUTCOME_REWARD,
+                       flags=changed_flags(self.script_args, self.training_args, self.model_args, self.args),
                        **self.recipe.get("run_facts", lambda args: {})(self.script_args),
                        num_processes=trainer.accelerator.num_processes,
                        wall_time_seconds=round(time.time() - self.started, 1))
@@ -203,6 +206,7 @@ class Run:
                 if "signal" in scores:
                     print(signal_report(scores))
                 print(f"wrote {self.output_dir / 'eval.json'} and {self.output_dir / 'eval_only.jsonl'}")
+            self.write_page()
             return
         plot = plot_curves(state.log_history, self.output_dir / "training_curves.png")
         if results["before"]:
@@ -219,6 +223,38 @@ class Run:
 
             print(hack_lab.report_line(results))
         print(f"\nwrote {self.output_dir / 'eval.json'}" + (f" and {plot}" if plot else ""))
+        self.write_page()
+
+    def write_page(self):
+        """report.html, the run's page (run_page.py): optional, like the plot, and never the end of a run."""
+        try:
+            import run_page
+        except ImportError:
+            print("no report.html: copy run_page.py beside this script to get the run's page")
+            return
+        try:
+            print(f"wrote {run_page.write(self.output_dir)}: open it in a browser")
+        except Exception as error:  # a page that cannot be drawn must not cost the trained model
+            print(f"no report.html ({type(error).__name__}: {error}): python run_page.py {self.output_dir} "
+                  "tries again")
+
+
+def changed_flags(*settings) -> dict:
+    """The settings that differ from the recipe's defaults (its dataclasses' field defaults), for eval.json and the
+    run's page: what this run changed, the offline demo's settings included. A default the library resolved to
+    nothing (None to False or [], a config object) is not a change."""
+    changed = {}
+    for values in settings:
+        for field in dataclasses.fields(values):
+            value = getattr(getattr(values, field.name), "value", getattr(values, field.name))  # enums by value
+            default = (field.default if field.default is not dataclasses.MISSING else
+                       field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
+            default = getattr(default, "value", default)
+            if not field.init or str(value) == str(default) or (default is None and dataclasses.is_dataclass(value)) \
+                    or (value in (None, False, "", [], {}, "none") and default in (None, False, "", [], {}, "none")):
+                continue
+            changed[field.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+    return changed
 
 
 # ---- Preflight: bad input as one line that names the fix, before anything loads ----
@@ -529,11 +565,11 @@ def as_recorded(value: float):
 
 
 class TrainingSamples(TrainerCallback):
-    """train_samples.jsonl: at each logged step, `per_log` of the rollouts of the step's generation batch (every
-    process's) as TRL kept them for its own log (what `--log_completions` prints): each reward as training scored
-    it, the weighted total and the dataset columns, with no second scoring. -1: every rollout, one
-    line per prompt holding its whole group (what --replay needs to recompute GRPO's advantages); on disk, about
-    the completions' text plus 1 KB per rollout, each logged step."""
+    """train_samples.jsonl: at each logged step, the first `per_log` groups of the step's generation batch (every
+    process's; -1: every group), one line per prompt holding its whole group, as TRL kept them for its own log (what
+    `--log_completions` prints): each rollout's rewards as training scored them, the weighted total, GRPO's
+    advantage and the dataset columns, with no second scoring. Whole groups: what report.html lays side by side and
+    --replay needs to recompute the advantages. On disk, about the completions' text plus 1 KB per rollout."""
 
     def __init__(self, trainer, recipe, path: Path, per_log: int):
         self.trainer, self.recipe, self.path, self.per_log, self.saved = trainer, recipe, path, per_log, None
@@ -550,7 +586,7 @@ class TrainingSamples(TrainerCallback):
         self.saved, r = step, self.recipe
         weights = dict(zip(self.trainer.reward_func_names, args.reward_weights))  # floats, as score() adds them
         rows = []
-        for i in range(len(kept["prompt"]) if self.per_log < 0 else min(self.per_log, len(kept["prompt"]))):
+        for i in range(len(kept["prompt"])):
             rewards = {name: as_recorded(values[i]) for name, values in kept["rewards"].items()}
             columns = {name: values[i] for name, values in kept["extra"].items()}
             marks = {name: columns.pop(name) for name in ("hack", "flagged") if name in columns}  # the hack lab's
@@ -559,9 +595,11 @@ class TrainingSamples(TrainerCallback):
             entry = {"text": text, "greedy": False, "parsed_answer": r.extract_answer(r.completion_text(text)),
                      "rewards": rewards,
                      "total": sum(weights[name] * value for name, value in rewards.items() if value is not None),
-                     **marks}
-            if self.per_log < 0 and rows and rows[-1]["prompt"] == kept["prompt"][i]:  # a group's rollouts are
-                rows[-1]["completions"].append(entry)  # consecutive (TRL's RepeatSampler, gathered in rank order)
+                     "advantage": as_recorded(kept["advantages"][i]), **marks}
+            if rows and rows[-1]["prompt"] == kept["prompt"][i]:  # a group's rollouts are consecutive (TRL's
+                rows[-1]["completions"].append(entry)  # RepeatSampler, gathered in rank order)
+            elif 0 <= self.per_log == len(rows):
+                break
             else:
                 rows.append({"step": step, "prompt": kept["prompt"][i], "answer": columns.pop("answer", None),
                              "columns": columns, "completions": [entry]})
@@ -855,7 +893,7 @@ def replay(run_dir: Path, recipe, script_args, output_dir: Path, shown: int = 5)
                         if name in skipped and completion["rewards"].get(name) is not None}
                 after = {**rewards, **kept}
                 total = sum(weights[name] * value for name, value in after.items() if value is not None)
-                records.append({"file": path.name, "step": row["step"], "greedy": completion["greedy"],
+                records.append({"file": path.name, "line": number, "step": row["step"], "greedy": completion["greedy"],
                                 "text": completion["text"], "before": completion["rewards"],
                                 "total_before": completion["total"], "after": after, "total_after": total})
             sampled = [i for i in range(first, len(records)) if not records[i]["greedy"]]

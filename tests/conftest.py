@@ -1,8 +1,10 @@
 """Shared helpers: run the scripts the way a user does, offline, on the tiny demo assets."""
 
+import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis import settings
@@ -50,3 +52,60 @@ def landlock_abi() -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return max(0, libc.syscall(444, None, 0, 1))
+
+
+# ---- the browser tests (report.html): Chromium driven by Playwright, the page opened from its file:// URL
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"]  # no network: the page must need none, and the machine has none
+NO_BROWSER = ("the browser tests need Chromium and Playwright: apt-get install chromium (Debian, Ubuntu) or "
+              "python -m playwright install chromium, and pip install -r requirements.txt; or set GRPO_CHROMIUM to a "
+              "Chrome or Chromium executable")
+
+
+@contextmanager
+def browser_page(path):
+    """A headless Chromium page showing `path` (file://), with every page error and console message of type error
+    or warning collected in `page.problems`. Fails in one line where there is no browser: never skipped."""
+    import shutil
+
+    import pytest
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail(NO_BROWSER, pytrace=False)
+    executable = os.environ.get("GRPO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    with sync_playwright() as playwright:
+        try:
+            browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        except Exception as error:  # no executable, or Playwright's own browser not installed
+            pytest.fail(f"{NO_BROWSER} ({str(error).splitlines()[0]})", pytrace=False)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.problems = []
+            page.on("pageerror", lambda error: page.problems.append(f"page error: {error}"))
+            page.on("console", lambda message: page.problems.append(f"console {message.type}: {message.text}")
+                    if message.type in ("error", "warning") else None)
+            page.goto(Path(path).resolve().as_uri())
+            yield page
+        finally:
+            browser.close()
+
+
+def read_jsonl(path) -> list:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def check_run_page(folder):
+    """A run folder's report.html, opened in Chromium: no page or console error, and its training groups and
+    rollouts, every one drawn, are those of train_samples.jsonl. Returns the page's counts."""
+    samples = Path(folder) / "train_samples.jsonl"
+    rows = read_jsonl(samples) if samples.is_file() else []
+    with browser_page(Path(folder) / "report.html") as page:
+        page.click("#tab-groups")
+        while page.is_visible("#g-more"):  # every group drawn, PAGE at a time
+            page.click("#g-more")
+        counts = {"groups": page.locator("#g-list .group").count(), "rollouts": page.locator("#g-list .rollout").count(),
+                  "questions": page.locator("#h-table tr.question").count()}
+        assert page.problems == [], page.problems
+    assert counts["groups"] == len(rows) and counts["rollouts"] == sum(len(r["completions"]) for r in rows), counts
+    return counts

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import trl
-from conftest import REPO, TINY_MODEL, TOY_DATA, run_script
+from conftest import REPO, TINY_MODEL, TOY_DATA, check_run_page, read_jsonl, run_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
@@ -104,6 +104,9 @@ def test_offline_demo_learns(tmp_path, script):
         assert after[key] >= floor, key
     assert evaluation["warnings"] == []  # the demo as it ships is not hacked
     assert (out / "training_curves.png").exists()
+    page = check_run_page(out)  # report.html, in Chromium: every saved group drawn, no page error
+    questions = {json.dumps(row["prompt"]) for row in read_jsonl(out / "eval_before.jsonl")}
+    assert page["groups"] > 0 and page["questions"] == len(questions)
     state = json.loads((out / "trainer_state.json").read_text())
     midrun = [e["eval/accuracy"] for e in state["log_history"] if "eval/accuracy" in e]
     assert len(midrun) >= 5 and midrun[-1] > midrun[0]  # held-out accuracy during training, rising

@@ -456,3 +456,10 @@ def test_the_committed_log_is_the_committed_runs():
     assert max(entry["step"] for entry in log) == math_["steps"]
     midrun = [entry["eval/accuracy"] for entry in log if "eval/accuracy" in entry]
     assert len(midrun) >= 5 and statistics.mean(midrun[-2:]) > midrun[0]
+
+
+def test_every_file_the_readme_links_or_shows_is_in_the_repository():
+    readme = (REPO / "README.md").read_text()
+    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme)
+               if not t.startswith(("http://", "https://", "#", "mailto:"))}
+    assert targets and not [t for t in targets if not (REPO / t).exists()]

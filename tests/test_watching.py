@@ -38,7 +38,7 @@ def test_eval_only_writes_scores_and_trajectories_and_nothing_else(samples, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((out / "eval.json").read_text())["eval_only"]
     assert scores["num_examples"] == 16 and 0 <= scores["accuracy"] <= 1
-    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl"]  # no checkpoint, no state
+    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl", "report.html"]  # no checkpoint
     rows = read_jsonl(out / "eval_only.jsonl")
     assert len(rows) == 16
     check_trajectories(rows, 1 + (samples if samples > 1 else 0))
@@ -66,9 +66,16 @@ def test_a_short_run_writes_every_instrument(tmp_path):
     assert [row["step"] for row in midrun] == [0] * 8 + [2] * 8 + [4] * 8
     for name in ("eval_before.jsonl", "eval_after.jsonl"):
         check_trajectories(read_jsonl(out / name), 1)
-    samples = read_jsonl(out / "train_samples.jsonl")
-    assert [row["step"] for row in samples] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3  # logging_steps 1
-    check_trajectories([{**row, "completions": [{**row["completions"][0], "greedy": True}]} for row in samples], 1)
+    samples = read_jsonl(out / "train_samples.jsonl")  # 3 whole groups of 8 a step (logging_steps 1)
+    assert [row["step"] for row in samples] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    for row in samples:
+        assert len(row["completions"]) == 8 and len({json.dumps(row["prompt"])}) == 1
+        advantages = [c.pop("advantage") for c in row["completions"]]  # GRPO's: the group's totals, centred
+        assert sum(advantages) == pytest.approx(0, abs=1e-4)
+        totals = [c["total"] for c in row["completions"]]
+        assert all((a > 1e-6) == (t > sum(totals) / 8 + 1e-6) for a, t in zip(advantages, totals))
+    check_trajectories([{**row, "completions": [{**c, "greedy": i == 0} for i, c in enumerate(row["completions"])]}
+                        for row in samples], 8)
     assert json.loads((out / "eval.json").read_text())["warnings"] == []
 
 

@@ -1,0 +1,209 @@
+"""report.html, the run's page (run_page.py): written by every run and by `python run_page.py RUN_DIR`, opened from
+its file:// URL in a real Chromium, and checked against the run's own files.
+
+Playwright rather than selenium: it reports every uncaught page error and console message as an event (what these
+tests fail on), waits for the page by itself, and drives Debian's chromium through `executable_path` with no
+driver binary to keep in step with the browser's version."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import FAST_RUN, REPO, browser_page, check_run_page, offline_env, read_jsonl, run_script
+
+sys.path.insert(0, str(REPO))
+import run_page  # noqa: E402
+
+# Built to break out of the page: each must show as text and run nothing
+BREAKOUTS = ['</script><script>window.pwned = "script"</script>',
+             '<img src=x onerror="window.pwned = \'onerror\'">',
+             '<!-- <script>window.pwned = "comment"</script>',
+             '"]}</script><svg onload="window.pwned = \'svg\'">',
+             'line\u2028separator & <b>bold</b> \\u003c/script\\u003e']
+
+
+@pytest.fixture(scope="module")
+def tools_run(tmp_path_factory):
+    """A short grpo_tools.py run as a user starts it (real tool calls, groups, mid-run evaluations), then --replay."""
+    out = tmp_path_factory.mktemp("page") / "run"
+    result = run_script(["--max_steps", "3", "--logging_steps", "1", "--num_eval_examples", "16",
+                         "--mid_eval_steps", "2", "--num_mid_eval_examples", "16", "--output_dir", out],
+                        script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"wrote {out / 'report.html'}" in result.stdout
+    result = run_script(["--replay", out], script="grpo_tools.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def rebuilt(folder):
+    """`python run_page.py FOLDER`, as a user writes a page for an existing run folder."""
+    result = subprocess.run([sys.executable, str(REPO / "run_page.py"), str(folder)], capture_output=True, text=True,
+                            env=offline_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout and (folder / "report.html").is_file()
+    return folder / "report.html"
+
+
+def test_the_page_shows_every_group_rollout_and_question_of_the_run(tools_run):
+    rebuilt(tools_run)  # with replay.json, which the run's own page predates
+    counts = check_run_page(tools_run)
+    assert counts["groups"] >= 3 and counts["rollouts"] >= 3 * 8
+    questions = {json.dumps(r["prompt"]) for r in read_jsonl(tools_run / "eval_before.jsonl")}
+    assert counts["questions"] == len(questions) == 16
+    html = (tools_run / "report.html").read_text()
+    assert "http://" not in html and "https://" not in html  # nothing fetched: no CDN, no font, no script src
+    assert html.count("</script>") == 2  # the template's own two blocks: the data holds no way out of its block
+
+
+def test_tool_calls_open_on_a_click_and_the_groups_sort_filter_and_search(tools_run):
+    rows = read_jsonl(tools_run / "train_samples.jsonl")
+    calls = [c for r in rows for c in r["completions"] if isinstance(c["text"], list)
+             and any(m.get("tool_calls") for m in c["text"])]
+    assert calls, "the tiny tools model made no tool call in 3 steps"
+    with browser_page(tools_run / "report.html") as page:
+        page.click("#tab-groups")
+        page.select_option("#g-filter", "all")
+        call = page.locator("details.tool-call").first
+        assert call.get_attribute("open") is None and not call.locator("pre").is_visible()
+        call.locator("summary").click()
+        assert call.get_attribute("open") is not None and "expression" in call.locator("pre").inner_text()
+        result = page.locator("details.tool-result").first
+        result.locator("summary").click()
+        assert result.locator("pre").is_visible()
+
+        page.select_option("#g-sort", "mean-desc")
+        means = [float(m) for m in page.locator("#g-list .group").evaluate_all("gs => gs.map(g => g.dataset.mean)")]
+        assert means == sorted(means, reverse=True) and len(set(means)) > 1
+        page.select_option("#g-sort", "step-desc")
+        steps = [int(s) for s in page.locator("#g-list .group").evaluate_all("gs => gs.map(g => g.dataset.step)")]
+        assert steps == sorted(steps, reverse=True)
+
+        page.select_option("#g-filter", "no-signal")
+        no_signal = sum(all(abs(c["advantage"]) < 1e-6 for c in r["completions"]) for r in rows)
+        assert page.locator("#g-list .group").count() == page.locator("#g-list .group.nosignal").count() == no_signal
+        page.select_option("#g-filter", "all")
+
+        word = rows[-1]["prompt"][-1]["content"].split()[-2]  # a word of the last group's question
+        page.fill("#g-search", word)
+        expected = sum(word.lower() in json.dumps(r["prompt"][-1]["content"] + str(r["answer"]) + json.dumps(
+            [c["text"] for c in r["completions"]])).lower() for r in rows)
+        assert 1 <= page.locator("#g-list .group").count() <= expected
+        page.fill("#g-search", "no such text anywhere 7f3a")
+        assert page.locator("#g-list .group").count() == 0
+
+        page.click("#tab-heldout")
+        page.select_option("#h-filter", "flipped")
+        before = {json.dumps(r["prompt"]): r["completions"][0]["rewards"]["correctness_reward"]
+                  for r in read_jsonl(tools_run / "eval_before.jsonl")}
+        after = {json.dumps(r["prompt"]): r["completions"][0]["rewards"]["correctness_reward"]
+                 for r in read_jsonl(tools_run / "eval_after.jsonl")}
+        flipped = sum(before[k] != after[k] for k in before)
+        assert page.locator("#h-table tr.question").count() == flipped
+
+        page.click("#tab-replay")
+        replayed = len(read_jsonl(tools_run / "replay.jsonl"))
+        assert page.locator("#r-table tr").count() == 1 + min(replayed, 500)
+        assert page.problems == [], page.problems
+
+
+def test_model_text_built_to_break_out_shows_as_text_and_runs_nothing(tools_run, tmp_path):
+    folder = tmp_path / "hostile"
+    shutil.copytree(tools_run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "*.safetensors"))
+    rows = read_jsonl(folder / "train_samples.jsonl")
+    for text, completion in zip(BREAKOUTS, rows[0]["completions"]):
+        completion["text"] = text
+        completion["parsed_answer"] = text
+    rows[1]["completions"][0]["text"] = [{"role": "assistant", "content": BREAKOUTS[0], "tool_calls": [
+        {"type": "function", "function": {"name": BREAKOUTS[1], "arguments": {"expression": BREAKOUTS[3]}}}]},
+        {"role": "tool", "name": "calculator", "content": BREAKOUTS[2]}]
+    rows[2]["prompt"][-1]["content"] = BREAKOUTS[1]
+    (folder / "train_samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page_file = rebuilt(folder)
+    with browser_page(page_file) as page:
+        for tab in ("groups", "heldout", "replay", "run"):
+            page.click(f"#tab-{tab}")
+        page.click("#tab-groups")
+        for details in page.locator("details").all()[:40]:
+            if details.is_visible():
+                details.locator("summary").first.click()
+        assert page.evaluate("typeof window.pwned") == "undefined"
+        assert page.locator("img").count() == 1 and page.locator("svg, #g-list script").count() == 0
+        assert page.locator("b", has_text="bold").count() == 0  # the model's <b> is not markup
+        text = page.locator("#g-list").inner_text()
+        for hostile in BREAKOUTS[:4]:
+            assert hostile in text  # shown, as text
+        assert page.problems == [], page.problems
+
+
+def test_the_hack_labs_marks_show_and_filter(tools_run, tmp_path):
+    """Rollouts the hack lab marked (train_samples.jsonl's `hack`, the truth, and `flagged`, the detector's)."""
+    folder = tmp_path / "lab"
+    shutil.copytree(tools_run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "*.safetensors"))
+    rows = read_jsonl(folder / "train_samples.jsonl")
+    for n, row in enumerate(rows):
+        for i, completion in enumerate(row["completions"]):
+            completion["hack"], completion["flagged"] = n % 2 == 0 and i < 3, n % 3 == 0 and i == 0
+    (folder / "train_samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with browser_page(rebuilt(folder)) as page:
+        page.click("#tab-groups")
+        while page.is_visible("#g-more"):
+            page.click("#g-more")
+        assert page.locator(".rollout .badge.hack").count() == sum(c["hack"] for r in rows for c in r["completions"])
+        page.select_option("#g-filter", "hack")
+        assert page.locator("#g-list .group").count() == sum(n % 2 == 0 for n in range(len(rows)))
+        page.select_option("#g-filter", "flagged")
+        assert page.locator("#g-list .group").count() == page.locator(".rollout .badge.flagged").count() == sum(
+            n % 3 == 0 for n in range(len(rows)))
+        assert page.problems == [], page.problems
+
+
+def test_a_long_run_shows_a_stated_share_and_stays_small(tmp_path):
+    """12,000 rollouts of 2,000 characters (24 MB of text): the page holds every k-th step and says so."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    completion = {"text": "x" * 2000, "greedy": False, "parsed_answer": "1", "advantage": 0.5, "total": 1.0,
+                  "rewards": {"correctness_reward": 1.0}}
+    with open(folder / "train_samples.jsonl", "w") as f:
+        for step in range(750):
+            for group in range(2):
+                f.write(json.dumps({"step": step, "prompt": [{"role": "user", "content": f"q{step}-{group}"}],
+                                    "answer": "1", "columns": {}, "completions": [completion] * 8}) + "\n")
+    page_file = rebuilt(folder)
+    assert page_file.stat().st_size < 5_000_000
+    share = run_page.page_data(folder)["share"]
+    assert share["rollouts_in_file"] == 12_000 and share["every"] > 1 and share["steps"] < 750
+    with browser_page(page_file) as page:
+        page.click("#tab-groups")
+        note = page.locator("#g-share").inner_text()
+        every = share["every"]
+        ordinal = "th" if every % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(every % 10, "th")
+        assert f"{share['rollouts']} of 12000 rollouts" in note and f"every {share['every']}{ordinal} logged step" in note
+        assert page.locator("#g-list .group").count() == 40 and page.is_visible("#g-more")  # drawn 40 at a time
+        assert page.problems == [], page.problems
+    readme = " ".join((REPO / "README.md").read_text().split())  # the README quotes this case
+    assert (f'a {page_file.stat().st_size / 1e6:.1f} MB page holding "{share["rollouts"]} of 12000 rollouts, '
+            f'every {share["every"]}{ordinal} logged step"') in readme
+
+
+def test_an_eval_only_folder_and_bad_folders(tmp_path):
+    out = tmp_path / "eval"
+    result = run_script(["--eval_only", "--num_eval_examples", "8", "--output_dir", out])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert check_run_page(out)["questions"] == 8
+    for folder, message in ((tmp_path / "missing", "is not a folder"), (tmp_path, "holds no eval.json")):
+        result = subprocess.run([sys.executable, str(REPO / "run_page.py"), str(folder)], capture_output=True,
+                                text=True, env=offline_env())
+        assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+
+
+def test_a_run_without_run_page_py_says_so_in_one_line_and_ends_well(tmp_path):
+    from test_two_tiers import fork, run_fork
+
+    path, out = fork(tmp_path, "grpo_math.py", "instruments.py"), tmp_path / "run"
+    result = run_fork(path, [*FAST_RUN, "--max_steps", "1", "--num_eval_examples", "8", "--output_dir", out])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no report.html: copy run_page.py beside this script" in result.stdout
+    assert (out / "eval.json").is_file() and not (out / "report.html").exists()
