@@ -19,8 +19,9 @@
 and is scored by hidden tests.
 
 Each rollout is a conversation: the task is a function to write (a signature and docstring, or a
-description and one example test), or in the other layouts a LeetCode class or a program that reads stdin. The model may call `run_python` to try its code and read the
-output or the traceback, and ends with its solution in one ```python block. Hidden tests, never
+description and one example test), or in the other layouts a LeetCode class or a program that
+reads stdin. The model may call `run_python` to try its code and read the output or the
+traceback, and ends with its solution in one ```python block. Hidden tests, never
 shown to the model, decide the reward: they run in the same sandbox, each test case scored on its
 own, through a harness the code under test cannot fool (exiting early, objects that equal anything,
 patched builtins, printed "passed" lines and reading the tests all score 0). Small terms pay for a
