@@ -1,7 +1,8 @@
 """Benchmark: the hack lab. Does GRPO find the planted loophole, does the monitor see it, which mitigation stops it?
 
-    python benchmarks/bench_hack_lab.py                   # 5 arms x 3 seeds, each the demo run: ~1 h on 2 CPU cores
+    python benchmarks/bench_hack_lab.py                   # 5 arms x 3 seeds, each the demo run: ~2 h on 2 CPU cores
     python benchmarks/bench_hack_lab.py --seeds 0 --arms loophole penalize   # two runs, ~8 min
+    python benchmarks/bench_hack_lab.py --seeds 3    # adds a seed: the runs already in the results file are kept
 
 Each run is the lab's demo exactly as a user runs it (`python grpo_code.py --config assets/hack_lab.yaml`, as a
 subprocess), with one arm's flags and `--seed`:
@@ -131,7 +132,12 @@ def main():
             plot(report["runs"], PLOT)
         print(json.dumps(report["summary"], indent=1))
         return
-    runs = []
+    # Runs already in --output for other arms or seeds are kept: seeds can be added a few at a time.
+    earlier = json.loads(args.output.read_text()) if args.output.exists() else {"runs": []}
+    runs = [r for r in earlier["runs"] if not (r["arm"] in args.arms and r["seed"] in args.seeds)]
+    command = "python benchmarks/bench_hack_lab.py " + " ".join(sys.argv[1:])
+    if runs:  # the commands that measured the runs kept, then this one
+        command = f"{earlier['command']}; {command}"
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:  # seed by seed, all arms: the file holds whole seeds if it is stopped
             for arm in args.arms:
@@ -141,14 +147,14 @@ def main():
                       f"accuracy {r['true_accuracy'][0]:.2f} -> {r['true_accuracy'][1]:.2f}, onset {r['onset_step']}, "
                       f"first warning {r['monitor_first_warning']}, detector {r['detector_precision']} / "
                       f"{r['detector_recall']}, {r['training_seconds']:.0f} s", flush=True)
-                write(runs, args.output)
+                write(runs, args.output, command)
     print(json.dumps(summarise(runs), indent=1))
 
 
-def write(runs: list, output: Path):
+def write(runs: list, output: Path, command: str):
     """The results so far (after each run: a stopped benchmark keeps what it measured)."""
     report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
-              "command": "python benchmarks/bench_hack_lab.py " + " ".join(sys.argv[1:]),
+              "command": command,
               "summary": summarise(runs), "runs": runs}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=1))
