@@ -377,7 +377,9 @@ document.getElementById("subtitle").textContent = D.folder;
 // ---- training groups
 const G = D.groups.map((g, index) => {
   const totals = g.completions.map(c => c.total).filter(x => x !== null && x !== undefined);
+  const advantages = g.completions.map(c => c.advantage).filter(x => x !== null && x !== undefined);
   return Object.assign(g, {index, mean: totals.length ? totals.reduce((a, b) => a + b, 0) / totals.length : 0,
+    topAdvantage: advantages.length ? Math.max(...advantages) : 0,
     spread: totals.length ? Math.max(...totals) - Math.min(...totals) : 0,
     haystack: (lastUser(g.prompt) + " " + asText(g.answer) + " " + g.completions.map(c => plain(c.text)).join(" ")).toLowerCase()});
 });
@@ -394,7 +396,11 @@ function groupCard(g) {
   const extra = el("div", {}, foldedPrompt(g.prompt), ...Object.entries(g.columns).map(([k, v]) =>
     el("details", {}, el("summary", {text: "column: " + k}), el("pre", {text: v}))));
   const row = el("div", {class: "rollouts"});
-  g.completions.forEach((c, i) => {
+  const order = g.completions.map((c, i) => i);
+  if (document.getElementById("g-order").checked)
+    order.sort((i, j) => (g.completions[j].advantage ?? g.completions[j].total ?? 0) - (g.completions[i].advantage ?? g.completions[i].total ?? 0));
+  order.forEach(i => {
+    const c = g.completions[i];
     const adv = c.advantage || 0, width = 50 * Math.abs(adv) / maxAdv;
     const bar = el("div", {class: "adv", title: "advantage " + fmt(c.advantage)}, el("i", {class: "mid"}),
       el("i", {style: "background:" + (adv >= 0 ? "#2e7d32" : "#c62828") + ";" + (adv >= 0 ? "left:50%" : "right:50%") + ";width:" + width + "%"}));
@@ -405,7 +411,8 @@ function groupCard(g) {
       c.hack ? el("span", {class: "badge hack", text: "hack (truth)"}) : null,
       c.flagged ? el("span", {class: "badge flagged", text: "flagged by the detector"}) : null,
       " answer: ", el("code", {text: c.parsed === null || c.parsed === undefined ? "none" : asText(c.parsed).trim().slice(0, 120)}));
-    row.appendChild(el("div", {class: "rollout" + (i === best && !g.no_signal ? " best" : ""), "data-total": fmt(c.total, 6)},
+    row.appendChild(el("div", {class: "rollout" + (i === best && !g.no_signal ? " best" : ""), "data-total": fmt(c.total, 6),
+                           "data-advantage": fmt(c.advantage, 6)},
       el("div", {}, el("b", {text: "total " + fmt(c.total, 2)}), "  advantage ", el("span", {class: "advantage", text: fmt(c.advantage, 2)})),
       bar, rewards, marks, conversation(c.text)));
   });
@@ -423,7 +430,8 @@ function selectedGroups() {
   if (filter === "hack") list = list.filter(g => any(g, c => c.hack));
   if (filter === "flagged") list = list.filter(g => any(g, c => c.flagged));
   const by = {"step": (a, b) => a.step - b.step || a.index - b.index, "step-desc": (a, b) => b.step - a.step || a.index - b.index,
-    "mean-desc": (a, b) => b.mean - a.mean, "mean": (a, b) => a.mean - b.mean, "spread-desc": (a, b) => b.spread - a.spread};
+    "mean-desc": (a, b) => b.mean - a.mean, "mean": (a, b) => a.mean - b.mean, "spread-desc": (a, b) => b.spread - a.spread,
+    "advantage-desc": (a, b) => b.topAdvantage - a.topAdvantage};
   return list.slice().sort(by[sort]);
 }
 function drawGroups() {
@@ -449,7 +457,9 @@ function drawGroups() {
       option("some-right", "a rollout right"), option("all-wrong", "every rollout wrong"), option("signal", "groups with signal"),
       option("no-signal", "no signal"), option("hack", "a hack (truth)"), option("flagged", "a flagged rollout"))),
     el("label", {}, "sort ", el("select", {id: "g-sort", onchange: redraw}, option("step", "step"), option("step-desc", "step, last first"),
-      option("mean-desc", "mean total, high first"), option("mean", "mean total, low first"), option("spread-desc", "spread of totals"))),
+      option("mean-desc", "mean total, high first"), option("mean", "mean total, low first"), option("spread-desc", "spread of totals"),
+      option("advantage-desc", "largest advantage"))),
+    el("label", {}, el("input", {type: "checkbox", id: "g-order", checked: "", onchange: redraw}), " rollouts by advantage, best first"),
     el("input", {type: "search", id: "g-search", placeholder: "search prompts and completions", oninput: redraw}),
     el("span", {class: "count", id: "g-count"})));
   s.appendChild(el("div", {id: "g-list"}));

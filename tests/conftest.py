@@ -108,4 +108,5 @@ def check_run_page(folder):
                   "questions": page.locator("#h-table tr.question").count()}
         assert page.problems == [], page.problems
     assert counts["groups"] == len(rows) and counts["rollouts"] == sum(len(r["completions"]) for r in rows), counts
+    assert (Path(folder) / "report.html").stat().st_size < 5_000_000  # a demo's page opens quickly
     return counts

@@ -77,6 +77,13 @@ def test_tool_calls_open_on_a_click_and_the_groups_sort_filter_and_search(tools_
         page.select_option("#g-sort", "mean-desc")
         means = [float(m) for m in page.locator("#g-list .group").evaluate_all("gs => gs.map(g => g.dataset.mean)")]
         assert means == sorted(means, reverse=True) and len(set(means)) > 1
+        page.select_option("#g-sort", "advantage-desc")
+        tops = page.locator("#g-list .group").evaluate_all(
+            "gs => gs.map(g => Math.max(...[...g.querySelectorAll('.rollout')].map(r => Number(r.dataset.advantage))))")
+        assert tops == sorted(tops, reverse=True)
+        for group in page.locator("#g-list .group").all()[:3]:  # each group's rollouts, best first
+            advantages = [float(a) for a in group.locator(".rollout").evaluate_all("rs => rs.map(r => r.dataset.advantage)")]
+            assert advantages == sorted(advantages, reverse=True)
         page.select_option("#g-sort", "step-desc")
         steps = [int(s) for s in page.locator("#g-list .group").evaluate_all("gs => gs.map(g => g.dataset.step)")]
         assert steps == sorted(steps, reverse=True)
