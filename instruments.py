@@ -585,7 +585,7 @@ class TrainingSamples(TrainerCallback):
             return
         self.saved, r = step, self.recipe
         weights = dict(zip(self.trainer.reward_func_names, args.reward_weights))  # floats, as score() adds them
-        rows = []
+        rows, group = [], self.trainer.num_generations
         for i in range(len(kept["prompt"])):
             rewards = {name: as_recorded(values[i]) for name, values in kept["rewards"].items()}
             columns = {name: values[i] for name, values in kept["extra"].items()}
@@ -596,8 +596,9 @@ class TrainingSamples(TrainerCallback):
                      "rewards": rewards,
                      "total": sum(weights[name] * value for name, value in rewards.items() if value is not None),
                      "advantage": as_recorded(kept["advantages"][i]), **marks}
-            if rows and rows[-1]["prompt"] == kept["prompt"][i]:  # a group's rollouts are consecutive (TRL's
-                rows[-1]["completions"].append(entry)  # RepeatSampler, gathered in rank order)
+            if (rows and rows[-1]["prompt"] == kept["prompt"][i]  # a group's rollouts are consecutive (TRL's
+                    and len(rows[-1]["completions"]) < group):  # RepeatSampler, gathered in rank order); two groups
+                rows[-1]["completions"].append(entry)  # of one prompt (a question twice in the data) stay two
             elif 0 <= self.per_log == len(rows):
                 break
             else:

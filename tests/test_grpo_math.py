@@ -265,17 +265,18 @@ def test_ctrl_c_is_one_line_and_the_resumed_run_saves_each_step_once(tmp_path):
     """Ctrl-C (SIGINT) after a checkpoint: one line with the step and the command that resumes; after the resume,
     train_samples.jsonl and eval_midrun.jsonl hold each step once, as an uninterrupted run's do."""
     out = tmp_path / "run"
-    steps = ["--max_steps", "12", "--save_steps", "3", "--num_eval_examples", "8", "--mid_eval_steps", "2",
-             "--num_mid_eval_examples", "4", "--output_dir", str(out)]
+    steps = ["--max_steps", "30", "--save_steps", "3", "--num_eval_examples", "8", "--mid_eval_steps", "2",
+             "--num_mid_eval_examples", "4", "--output_dir", str(out)]  # 30 steps: time to stop it mid-run
     process = subprocess.Popen([sys.executable, str(REPO / "grpo_math.py"), *FAST_RUN, *steps], env=offline_env(),
                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (out / "checkpoint-6" / "trainer_state.json").exists() and process.poll() is None:
         assert time.time() < deadline, "no checkpoint appeared"
         time.sleep(0.05)
+    assert process.poll() is None, f"the run ended before it could be stopped: {process.communicate()[1][-3000:]}"
     process.send_signal(signal.SIGINT)
     stderr = process.communicate(timeout=120)[1]
-    assert process.returncode != 0 and "checkpoint-12" not in {p.name for p in out.glob("checkpoint-*")}
+    assert process.returncode != 0 and "checkpoint-30" not in {p.name for p in out.glob("checkpoint-*")}
     assert "Traceback" not in stderr, stderr[-3000:]
     said = [line for line in stderr.splitlines() if line.startswith("grpo_math.py: error:")]  # tqdm closes its bar after
     assert len(said) == 1 and re.match(r"grpo_math.py: error: stopped at step \d+; ", said[0]), said
@@ -284,6 +285,6 @@ def test_ctrl_c_is_one_line_and_the_resumed_run_saves_each_step_once(tmp_path):
     resumed = run_script([*FAST_RUN, *steps, "--resume_from_checkpoint", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     samples = [json.loads(line)["step"] for line in (out / "train_samples.jsonl").read_text().splitlines()]
-    assert sorted(set(samples)) == list(range(12)) and all(samples.count(s) == samples.count(0) for s in samples)
+    assert sorted(set(samples)) == list(range(30)) and all(samples.count(s) == samples.count(0) for s in samples)
     midrun = [json.loads(line)["step"] for line in (out / "eval_midrun.jsonl").read_text().splitlines()]
-    assert sorted(set(midrun)) == list(range(0, 13, 2)) and all(midrun.count(s) == 4 for s in midrun)
+    assert sorted(set(midrun)) == list(range(0, 31, 2)) and all(midrun.count(s) == 4 for s in midrun)

@@ -51,7 +51,8 @@ def test_two_processes_train_and_evaluate_together(script, tmp_path):
         assert results[when]["questions_per_process"] == [8, 8]  # 8 + 7, the short share padded
     history = json.loads((tmp_path / "two" / "trainer_state.json").read_text())["log_history"]
     assert [entry["step"] for entry in history if "loss" in entry] == [1, 2]
-    assert result.stdout.count("wrote ") == 1  # only the main process writes and reports
+    assert result.stdout.count("wrote ") == 2  # only the main process writes and reports: eval.json, its page
+    assert result.stdout.count("report.html: open it in a browser") == 1
 
     # The same settings in one process: 4 completions cannot form a group of 8.
     alone = run_script([*args, "--output_dir", tmp_path / "one"], script=script)

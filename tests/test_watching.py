@@ -185,7 +185,7 @@ def test_tools_eval_only_keeps_whole_conversations(samples, tmp_path):
                         script="grpo_tools.py")
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((out / "eval.json").read_text())["eval_only"]
-    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["eval.json", "eval_only.jsonl", "report.html"]
     rows = read_jsonl(out / "eval_only.jsonl")
     assert len(rows) == 16 and all(len(row["completions"]) == 1 + (samples if samples > 1 else 0) for row in rows)
     names = {func.__name__ for func, _ in grpo_tools.RUBRIC}
