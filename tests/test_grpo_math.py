@@ -267,8 +267,12 @@ def test_ctrl_c_is_one_line_and_the_resumed_run_saves_each_step_once(tmp_path):
     out = tmp_path / "run"
     steps = ["--max_steps", "30", "--save_steps", "3", "--num_eval_examples", "8", "--mid_eval_steps", "2",
              "--num_mid_eval_examples", "4", "--output_dir", str(out)]  # 30 steps: time to stop it mid-run
+    def as_a_terminal_starts_it():  # Ctrl-C's signal at its default: a test runner started in the background by a
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # script (`.ci/run &`) ignores SIGINT, and its children inherit that
+
     process = subprocess.Popen([sys.executable, str(REPO / "grpo_math.py"), *FAST_RUN, *steps], env=offline_env(),
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=as_a_terminal_starts_it)
     deadline = time.time() + 300
     while not (out / "checkpoint-6" / "trainer_state.json").exists() and process.poll() is None:
         assert time.time() < deadline, "no checkpoint appeared"
