@@ -273,6 +273,10 @@ def load_data(script_args, tokenizer, seed):
     splits = []
     for rows, source in ((train, name), (test, eval_name)):
         tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
+        if not tasks and source == name:
+            raise RecipeError(f"no task of '{name}' is usable (each was dropped, the line above says why): check the "
+                              f"columns (--prompt_column, --tests_column, --solution_column) and --layout "
+                              f"({script_args.layout})")
         for task in tasks:
             task["prompt"] = [{"role": "system", "content": LAYOUT_SYSTEM_PROMPTS[layout_of(task["entry_point"])]},
                               {"role": "user", "content": task_message(**{k: task[k] for k in (
@@ -572,6 +576,8 @@ def to_tasks(rows, script_args, name: str, flags_must_match: bool = True) -> lis
     layout = script_args.layout if flags_must_match else "auto"
     if layout not in ("auto", *LAYOUTS):
         raise RecipeError(f"--layout {layout}: use one of auto, {', '.join(LAYOUTS)}")
+    if not script_args.float_tolerance >= 0:
+        raise RecipeError(f"--float_tolerance {script_args.float_tolerance}: use 0 (the same words exactly) or more")
     layout = detect_layout(rows) if layout == "auto" else layout
     defaults = LAYOUT_COLUMNS[layout]
 

@@ -157,7 +157,10 @@ def replayed(folder: Path) -> dict | None:
              "total_before": r.get("total_before"), "total_after": r.get("total_after"),
              "sign_flip": r.get("sign_flip", False)} for r in records]
     rows.sort(key=lambda r: -abs((r["total_after"] or 0) - (r["total_before"] or 0)))
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{summary_path} is not JSON ({error}): run --replay again, or move it aside") from None
     return {"summary": {k: summary.get(k) for k in ("completions", "rewards", "groups", "not_replayed")},
             "rows": rows[:500], "rows_in_file": len(rows)}
 
@@ -165,7 +168,11 @@ def replayed(folder: Path) -> dict | None:
 def page_data(folder: Path) -> dict:
     """Everything the page shows, read from the run folder."""
     evaluation_path = folder / "eval.json"
-    evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
+    try:
+        evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{evaluation_path} is not JSON ({error}): a run stopped while writing it? Move it aside "
+                         "to draw the page from the other files") from None
     samples = read_jsonl(folder / "train_samples.jsonl")
     outcome = outcome_of(evaluation, samples or read_jsonl(folder / "eval_before.jsonl")
                          or read_jsonl(folder / "eval_only.jsonl"))
@@ -535,7 +542,7 @@ def main(argv=None):
     for folder in args.run_dirs:
         try:
             path = write(folder)
-        except (FileNotFoundError, json.JSONDecodeError) as error:
+        except (FileNotFoundError, ValueError) as error:  # ValueError: an unreadable eval.json or replay.json
             sys.exit(f"run_page.py: {error}")
         print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): open it in a browser (file://{path.resolve()})")
 

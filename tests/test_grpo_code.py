@@ -266,7 +266,7 @@ def test_leetcode_and_stdio_tasks_through_the_users_path(tmp_path):
     result = run_script([*FAST_RUN, "--dataset_name", STDIO_DATA, "--solution_column", "wrong", "--output_dir",
                          tmp_path / "wrong"], script="grpo_code.py")
     assert result.returncode != 0 and "whose reference solution fails its own tests" in result.stdout
-    assert "no usable training task" in result.stderr.strip().splitlines()[-1]
+    assert "is usable (each was dropped, the line above says why)" in result.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -275,6 +275,8 @@ def test_leetcode_and_stdio_tasks_through_the_users_path(tmp_path):
     (["--layout", "stdio"], "holds no input/output pairs"),  # the toy tasks' tests are asserts
     (["--layout", "class", "--dataset_name", STDIO_DATA, "--tests_column", "tests"], "pass --entry_point_column NAME"),
     (["--setup_column", "imports"], "has no column 'imports'"),
+    (["--float_tolerance", "-1"], "--float_tolerance -1.0: use 0 (the same words exactly) or more"),
+    (["--layout", "class"], "check the columns (--prompt_column, --tests_column, --solution_column) and --layout (class)"),
     (["--dataset_train_split", "train+dev"], "has no split 'dev'"),
     (["--dataset_name", "missing.jsonl"], "no such file or folder: missing.jsonl (check the path given to --dataset_name)"),
     (["--eval_dataset_name", "./tasks"], "no such file or folder: ./tasks (check the path given to --eval_dataset_name)"),
@@ -290,7 +292,7 @@ def test_bad_input_is_one_clear_error(flags, message, tmp_path):
 def test_tasks_without_tests_are_one_clear_error(tmp_path):
     data = dataset_file(tmp_path, [{"prompt": "Write f.", "test": "print('no assert')", "entry_point": "f"}] * 4)
     result = run_script([*FAST_RUN, "--dataset_name", data, "--output_dir", tmp_path / "run"], script="grpo_code.py")
-    assert result.returncode != 0 and "no usable training task" in result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "is usable (each was dropped" in result.stderr.strip().splitlines()[-1]
 
 
 def test_short_run_writes_eval_trajectories_and_plot(tmp_path):

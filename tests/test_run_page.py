@@ -200,7 +200,11 @@ def test_an_eval_only_folder_and_bad_folders(tmp_path):
     result = run_script(["--eval_only", "--num_eval_examples", "8", "--output_dir", out])
     assert result.returncode == 0, result.stderr[-3000:]
     assert check_run_page(out)["questions"] == 8
-    for folder, message in ((tmp_path / "missing", "is not a folder"), (tmp_path, "holds no eval.json")):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "eval.json").write_text('{"before": {"accuracy": 0.5}, "aft')  # a run stopped while writing it
+    for folder, message in ((tmp_path / "missing", "is not a folder"), (tmp_path, "holds no eval.json"),
+                            (broken, "eval.json is not JSON")):
         result = subprocess.run([sys.executable, str(REPO / "run_page.py"), str(folder)], capture_output=True,
                                 text=True, env=offline_env())
         assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
