@@ -273,7 +273,7 @@ def load_data(script_args, tokenizer, seed):
     splits = []
     for rows, source in ((train, name), (test, eval_name)):
         tasks = check_tasks(to_tasks(rows, script_args, source, flags_must_match=source == name), source)
-        if not tasks and source == name:
+        if not tasks and not splits:  # the training split
             raise RecipeError(f"no task of '{name}' is usable (each was dropped, the line above says why): check the "
                               f"columns (--prompt_column, --tests_column, --solution_column) and --layout "
                               f"({script_args.layout})")
