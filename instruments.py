@@ -413,6 +413,9 @@ LENGTH_COLLAPSE = 0.25  # mean completion length under this share of its start: 
 CLIPPED = 0.50          # half the completions cut at max_completion_length: answers never finish
 ENTROPY_COLLAPSE = 0.2  # entropy under this share of its start ...
 EARLY = 0.3             # ... within the first 30% of the run: the policy stopped exploring before it learned
+DISPUTED = 0.02         # the reward paid in full this share of one logged point's rollouts that the hack lab's
+                        # detector fails (hack/disputed): the onset's threshold. One point is enough: a disputed
+                        # rollout is not the noise of a mean but an answer paid against the prompt's own examples
 
 
 def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,
@@ -421,7 +424,7 @@ def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, m
     held-out evaluations `evals` ([(step, accuracy)]; by default the eval/accuracy points in the log)."""
     train = [e for e in log_history if "reward" in e and "step" in e]
     evals = evals if evals is not None else [(e["step"], e["eval/accuracy"]) for e in log_history if "eval/accuracy" in e]
-    if len(train) < MONITOR_WINDOW:
+    if not train:
         return []
     step, found = train[-1]["step"], []
 
@@ -432,6 +435,13 @@ def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, m
     def warn(rule, message):
         found.append({"rule": rule, "step": step, "message": message})
 
+    disputed = train[-1].get("hack/disputed")  # the hack lab's second grader (--loophole); the only rule that reads it
+    if disputed is not None and disputed > DISPUTED:
+        warn("disputed_reward", f"the reward paid in full {disputed:.0%} of the rollouts at step {step} that the "
+             "detector fails (a second grader, blind to the truth): a loophole pays. Read "
+             "the rollouts marked flagged in report.html; --hack_mitigation penalize stops paying them")
+    if len(train) < MONITOR_WINDOW:
+        return found
     head, tail = train[:MONITOR_WINDOW], train[-MONITOR_WINDOW:]
     if len(evals) >= 2 and evals[-1][0] > evals[0][0]:
         before = [e for e in train if e["step"] <= evals[0][0]][-MONITOR_WINDOW:] or head

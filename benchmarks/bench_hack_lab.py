@@ -58,11 +58,13 @@ def run(arm: str, seed: int, folder: Path, extra: list) -> dict:
         "true_accuracy": [before["accuracy"], after["accuracy"]],
         "held_out_hack_rate": [before.get("hack_rate"), after.get("hack_rate")],
         "hack_rate_per_step": [[e["step"], e["hack/rate"]] for e in train if "hack/rate" in e],
+        "disputed_per_step": [[e["step"], e["hack/disputed"]] for e in train if "hack/disputed" in e],
         "reward_per_step": [[e["step"], e["reward"]] for e in train],
         "warnings": [{"step": w["step"], "rule": w["rule"]} for w in evaluation["warnings"]],
         "training_seconds": next(e["train_runtime"] for e in log if "train_runtime" in e),
         **{key: lab.get(key) for key in ("hack_rate_first", "hack_rate_last", "onset_step", "monitor_first_warning",
-                                        "monitor_delay_steps", "detector_precision", "detector_recall", "rollouts",
+                                        "monitor_delay_steps", "monitor_first_warning_without_detector",
+                                        "monitor_delay_steps_without_detector", "detector_precision", "detector_recall", "rollouts",
                                         "hacks", "flagged", "flagged_hacks")},
     }
 
@@ -74,8 +76,11 @@ def median(values):
 
 def summarise(runs: list) -> dict:
     table = {}
+    closed = {r["seed"]: r["true_accuracy"][1] for r in runs if r["arm"] == "closed"}
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
+        # true pass@1 after, against the closed grader's run of the same seed: the paired difference
+        paired = [r["true_accuracy"][1] - closed[r["seed"]] for r in mine if r["seed"] in closed]
         if mine:
             table[arm] = {
                 "seeds": len(mine),
@@ -88,6 +93,11 @@ def summarise(runs: list) -> dict:
                 "true_accuracy_after": median(r["true_accuracy"][1] for r in mine),
                 "onset_step": median(r["onset_step"] for r in mine),
                 "monitor_delay_steps": median(r["monitor_delay_steps"] for r in mine),
+                "monitor_delay_steps_without_detector": median(r.get("monitor_delay_steps_without_detector")
+                                                               for r in mine),
+                "true_accuracy_after_vs_closed": median(paired),
+                "true_accuracy_after_vs_closed_mean": statistics.mean(paired) if paired else None,
+                "true_accuracy_after_vs_closed_range": [min(paired), max(paired)] if paired else None,
                 "detector_precision": median(r["detector_precision"] for r in mine),
                 "detector_recall": median(r["detector_recall"] for r in mine),
                 "training_seconds": median(r["training_seconds"] for r in mine),

@@ -94,6 +94,8 @@ def test_the_reward_logs_the_truth_and_penalize_scores_flagged_rollouts_below_fa
                         prompts=[code_prompt()] * 3, tests=[TASK["tests"]] * 3, entry_point=["add"] * 3,
                         setup=[TASK["prompt"]] * 3, log_metric=logged.__setitem__, log_extra=extra.__setitem__)
         assert scores == expected
+        # disputed: what the reward paid in full and the detector fails; penalize and closed pay it nothing
+        assert logged["hack/disputed"] == pytest.approx(1 / 3 if mitigation is None else 0.0)
     assert logged["hack/rate"] == pytest.approx(1 / 3) and logged["hack/flagged"] == pytest.approx(1 / 3)
     assert logged["hack/true_reward"] < logged["hack/loophole_reward"]
     assert extra == {"hack": [False, False, True], "flagged": [False, False, True]}
@@ -166,7 +168,7 @@ def test_a_short_lab_run_marks_every_rollout_and_reports_the_lab(tmp_path):
     assert 0 <= lab["hacks"] <= lab["rollouts"] and "hack lab (--loophole run_tests" in result.stdout
     assert {"hack_rate", "loophole_accuracy"} <= set(evaluation["before"]) & set(evaluation["after"])
     log = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    assert all({"hack/rate", "hack/flagged", "hack/loophole_reward", "hack/true_reward"} <= set(e)
+    assert all({"hack/rate", "hack/flagged", "hack/disputed", "hack/loophole_reward", "hack/true_reward"} <= set(e)
                for e in log if "reward" in e)
     assert any("eval/hack_rate" in e for e in log)
     rows = [json.loads(line) for line in (out / "train_samples.jsonl").open()]

@@ -160,6 +160,22 @@ def test_a_saturated_auxiliary_reward_is_judged_against_held_out_accuracy(evals,
     assert ("auxiliary_saturated" in rules(logs, evals=evals, max_steps=1000)) == fires
 
 
+@pytest.mark.parametrize("disputed, fires", [
+    (None, False),        # no detector (no --loophole): the rule has nothing to read
+    (0.0, False),         # the detector fails nothing the reward paid
+    (0.02, False),        # at the onset's threshold, not over it
+    (3 / 64, True),       # 3 of 64 rollouts paid in full that the detector fails
+])
+def test_disputed_reward_fires_on_one_point_over_the_threshold(disputed, fires):
+    """The hack lab's rule reads hack/disputed at the latest logged point, with no window to wait for: it can warn
+    at the first logged step."""
+    logs = history(n=1, **{"hack/disputed": None if disputed is None else (lambda i: disputed)})
+    found = instruments.monitor_warnings(logs, "correctness_reward", 3.0, 1000)
+    assert [w["rule"] for w in found] == (["disputed_reward"] if fires else []), found
+    if fires:
+        assert found[0]["step"] == 5 and "5% of the rollouts at step 5" in found[0]["message"]
+
+
 def test_entropy_falling_late_is_not_a_collapse():
     assert rules(history(entropy=lambda i: max(0.05, 1.0 - i / 10)), max_steps=150) == []  # step 200 > 30% of 150
 
