@@ -789,6 +789,8 @@ def plot_curves(log_history: list[dict], path: Path):
                      label="hack rate (truth)")
         axes[1].plot(steps, [entry.get("hack/flagged", math.nan) for entry in logs], color="red", linestyle=":",
                      label="flagged by the detector")
+        axes[1].plot(steps, [entry.get("hack/disputed", math.nan) for entry in logs], color="red", linestyle="--",
+                     label="paid, yet flagged (disputed)")
         held_out_hacks = [(e["step"], e["eval/hack_rate"]) for e in log_history if "eval/hack_rate" in e]
         if held_out_hacks:
             axes[1].plot(*zip(*held_out_hacks), color="darkred", marker="s", linestyle="", label="held-out hack rate")
