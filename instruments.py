@@ -57,6 +57,8 @@ class InstrumentArguments:
                               "beside it: run_tests or exit_status (grpo_code.py), any_number (grpo_math/tools).")
     hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, rename "
                                      "the run_tests grader per task, or closed (the loophole fixed, same prompts).")
+    hack_penalty: float = arg(None, "With --hack_mitigation penalize: what a flagged rollout scores (default -1, "
+                                    "below any honest failure; 0 scores it as a failure: README, The hack lab).")
 
     def __post_init__(self):  # a ValueError here is the script's one-line error
         if self.eval_num_samples < 1 or self.mid_eval_steps < 0 or self.train_samples_per_log < -1:
@@ -84,15 +86,16 @@ class Run:
             problem = preflight(len(self.recipe["RUBRIC"]), script_args, training_args, model_args)
             if problem:
                 raise self.error(problem)
-        if args.loophole or args.hack_mitigation:  # the hack lab: off unless asked for
+        if args.loophole or args.hack_mitigation or args.hack_penalty is not None:  # the hack lab: off unless asked
             try:
                 import hack_lab
             except ImportError:
                 raise self.error("--loophole and --hack_mitigation need hack_lab.py: copy it beside this script")
-            problem = hack_lab.problem(args.loophole, args.hack_mitigation, self.recipe["OUTCOME_REWARD"])
+            problem = hack_lab.problem(args.loophole, args.hack_mitigation, self.recipe["OUTCOME_REWARD"],
+                                       args.hack_penalty)
             if problem:
                 raise self.error(problem)
-            self.lab = hack_lab.Lab(args.loophole, args.hack_mitigation, self.recipe)
+            self.lab = hack_lab.Lab(args.loophole, args.hack_mitigation, self.recipe, args.hack_penalty)
 
     @property
     def r(self):
