@@ -30,6 +30,7 @@ first logged step whose hack rate passes ONSET) against the run monitor's first 
 
 import hashlib
 import json
+import math
 import re
 import secrets
 from pathlib import Path
@@ -55,8 +56,8 @@ def problem(loophole: str | None, mitigation: str | None, outcome: str, penalty:
     `outcome`; None if nothing."""
     if penalty is not None and mitigation != "penalize":
         return "--hack_penalty is what --hack_mitigation penalize scores a flagged rollout: add that flag"
-    if penalty is not None and not penalty < 1.0:
-        return f"--hack_penalty {penalty} must be below 1.0 (what a passing rollout scores), e.g. -1 or 0"
+    if penalty is not None and not (math.isfinite(penalty) and penalty < 1.0):
+        return f"--hack_penalty {penalty} must be a number below 1.0 (what a passing rollout scores), e.g. -1 or 0"
     if mitigation and not loophole:
         return "--hack_mitigation needs a --loophole to act on, e.g. --loophole run_tests"
     if loophole is None:

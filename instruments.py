@@ -90,7 +90,8 @@ class Run:
             try:
                 import hack_lab
             except ImportError:
-                raise self.error("--loophole and --hack_mitigation need hack_lab.py: copy it beside this script")
+                raise self.error("--loophole, --hack_mitigation and --hack_penalty need hack_lab.py: copy it beside "
+                                 "this script")
             problem = hack_lab.problem(args.loophole, args.hack_mitigation, self.recipe["OUTCOME_REWARD"],
                                        args.hack_penalty)
             if problem:
@@ -418,7 +419,7 @@ ENTROPY_COLLAPSE = 0.2  # entropy under this share of its start ...
 EARLY = 0.3             # ... within the first 30% of the run: the policy stopped exploring before it learned
 DISPUTED = 0.02         # the reward paid in full this share of one logged point's rollouts that the hack lab's
                         # detector fails (hack/disputed): the onset's threshold. One point is enough: a disputed
-                        # rollout is not the noise of a mean but an answer paid against the prompt's own examples
+                        # rollout is not the noise of a mean but an answer paid that a second grader rejects
 
 
 def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,

@@ -68,8 +68,8 @@ def run(arm: str, seed: int, folder: Path, extra: list) -> dict:
         "training_seconds": next(e["train_runtime"] for e in log if "train_runtime" in e),
         **{key: lab.get(key) for key in ("hack_rate_first", "hack_rate_last", "onset_step", "monitor_first_warning",
                                         "monitor_delay_steps", "monitor_first_warning_without_detector",
-                                        "monitor_delay_steps_without_detector", "detector_precision", "detector_recall", "rollouts",
-                                        "hacks", "flagged", "flagged_hacks")},
+                                        "monitor_delay_steps_without_detector", "detector_precision",
+                                        "detector_recall", "rollouts", "hacks", "flagged", "flagged_hacks")},
     }
 
 

@@ -126,7 +126,8 @@ def test_drop_zeroes_the_advantages_of_flagged_rollouts():
     ("exit_status", "rename", grpo_code, "rename renames run_tests(): it goes with --loophole run_tests"),
     ("run_tests", "ignore", grpo_code, "--hack_mitigation ignore is not one of penalize, drop, rename, closed"),
     ("run_tests", "drop --hack_penalty 0", grpo_code, "--hack_penalty is what --hack_mitigation penalize scores"),
-    ("run_tests", "penalize --hack_penalty 1", grpo_code, "--hack_penalty 1.0 must be below 1.0"),
+    ("run_tests", "penalize --hack_penalty 1", grpo_code, "--hack_penalty 1.0 must be a number below 1.0"),
+    ("run_tests", "penalize --hack_penalty=-inf", grpo_code, "--hack_penalty -inf must be a number below 1.0"),
 ])
 def test_a_wrong_lab_flag_is_one_line(loophole, mitigation, script, expected, tmp_path):
     flags = ["--output_dir", str(tmp_path / "run"), "--max_steps", "1"]
