@@ -169,7 +169,7 @@ class RecipeConfig(GRPOConfig):
     resume_from_checkpoint: str = arg(None, "A checkpoint folder, or 'last' for the newest one in --output_dir.")
 
     def __post_init__(self):
-        complete_config(self, "outputs/grpo_code")  # precision for the hardware, the run's folder
+        complete_config(self, "grpo_code")  # precision for the hardware; outputs/<this file's name>/<time>
         super().__post_init__()
 
 
@@ -716,17 +716,21 @@ def parse_args(argv=None):
         raise RecipeError(instruments.explain(message, flags) if instruments else message) from None
     script_args, training_args, model_args, *instrument_args = parsed
     if demo and not (instrument_args and instrument_args[0].replay):  # a replay loads no model
-        print("No CUDA GPU and no --model_name_or_path: running the offline demo (tiny model and toy data "
-              f"from {ASSETS}). Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
+        data = script_args.dataset_name  # the line names what this run trains on, the user's data or the toy set
+        toy = (f" (the toy set, in place of DEFAULT_DATASET {DEFAULT_DATASET[0]!r}: pass --dataset_name to use "
+               "another)") if data == DEMO_SETTINGS.get("dataset_name") else ""
+        print(f"No CUDA GPU and no --model_name_or_path: the offline demo's model {model_args.model_name_or_path}, "
+              f"data {data}{toy}. Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
     model_args.model_name_or_path = model_args.model_name_or_path or DEFAULT_MODEL
     if script_args.dataset_name is None:
         script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
     return parsed
 
 
-def complete_config(config, output_root: str):
-    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder
-    (`output_root`/<time>, or the folder of the checkpoint it resumes)."""
+def complete_config(config, name: str):
+    """RecipeConfig's derived settings: the precision the hardware supports, CPU-only settings, and the run's folder:
+    outputs/<this script's file name>/<time> (`name` where there is no file, as in a notebook), or the folder of the
+    checkpoint it resumes. A fork (grpo_sql.py) so writes to outputs/grpo_sql, not to its original's folder."""
     cuda = torch.cuda.is_available()
     if config.bf16 is None and config.fp16 is None:
         config.bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # T4: emulated
@@ -739,7 +743,12 @@ def complete_config(config, output_root: str):
     if config.output_dir is None:  # a new run's own folder, or the folder of the checkpoint it continues
         resumed = config.resume_from_checkpoint not in (None, "last")
         config.output_dir = (str(Path(config.resume_from_checkpoint).resolve().parent) if resumed
-                             else time.strftime(f"{output_root}/%Y%m%d-%H%M%S"))
+                             else time.strftime(f"outputs/{script_name(name)}/%Y%m%d-%H%M%S"))
+
+
+def script_name(default: str) -> str:
+    """This file's name without .py (a copy renamed grpo_sql.py says grpo_sql); `default` in a notebook."""
+    return Path(globals()["__file__"]).stem if "__file__" in globals() else default
 
 
 # %% [markdown]
@@ -792,7 +801,9 @@ def read_dataset(name: str, config, flag: str = "--dataset_name"):
 
     path = Path(name).expanduser()
     try:  # a single file is its folder with that one data file (HumanEval.jsonl.gz too)
-        return load_dataset(str(path.parent), data_files=path.name) if path.is_file() else load_dataset(name, config)
+        # the folder made absolute: a bare name's folder is '.', which datasets 5 reads as no dataset at all
+        return (load_dataset(str(path.resolve().parent), data_files=path.name) if path.is_file()
+                else load_dataset(str(path.resolve()) if path.is_dir() else name, config))
     except (ConnectionError, OSError, ValueError) as error:  # no such file or config, no network, an unknown format
         raise RecipeError(f"cannot load dataset '{name}' ({str(error).splitlines()[0][:150]}): check the id or path "
                           f"given to {flag} and your network, or pass a local file, e.g. {flag} data.jsonl") from None
@@ -905,9 +916,21 @@ def tools_of(env: ToolEnvironment) -> list:
 # ## main
 # Train, evaluate before and after, and report; with instruments.py beside this script, the run instruments too.
 # %%
+def outcome_reward():
+    """RUBRIC's function named OUTCOME_REWARD: the one grader of an answer. load_data keeps the rows it can grade,
+    training pays what it says, evaluate's accuracy is its full marks: a fork to a new answer type edits it alone."""
+    found = [func for func, _ in RUBRIC if getattr(func, "__name__", None) == OUTCOME_REWARD]
+    if not found:
+        names = ", ".join(getattr(func, "__name__", repr(func)) for func, _ in RUBRIC)
+        raise RecipeError(f"OUTCOME_REWARD is {OUTCOME_REWARD!r}, which is not a reward in RUBRIC ({names}): set it "
+                          "to the name of the reward that grades the answer")
+    return found[0]
+
+
 def main(argv=None):
     """Train, evaluate before and after (with --eval_only, only evaluate). `argv` is a list of flags; None reads
     sys.argv."""
+    outcome_reward()  # a stale OUTCOME_REWARD is one line, before any flag is read or model loaded
     script_args, training_args, model_args, *instrument_args = parse_args(argv)
     run = instruments.Run(globals(), script_args, training_args, model_args, *instrument_args) if instruments else None
     if run and run.args.replay:  # no model, no data: the recorded completions, scored with RUBRIC as it is now

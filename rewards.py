@@ -744,7 +744,7 @@ class soft_overlong_penalty:
 class cosine_scaled_correctness:
     """Factory: a correctness reward scaled by length on a cosine: short and right pays most.
 
-    >>> cosine_scaled_correctness(100, lambda completions, **kw: [1.0, 0.0])(["a", "b"], completion_ids=[[0] * 50] * 2)
+    >>> cosine_scaled_correctness(100, correctness_reward)(["<answer>72</answer>", "<answer>73</answer>"], answer=["72"] * 2, completion_ids=[[0] * 50] * 2)
     [0.75, -0.75]
 
     Range [min_value_wrong, max_value_correct], [-1.0, 1.0] by default; None where
@@ -845,17 +845,21 @@ class repetition_penalty:
 # ---------------------------------------------------------------------------------------------
 
 
-def tool_success_reward(completions, **kwargs) -> list:
+def tool_success_reward(completions, environments=None, **kwargs) -> list:
     """Share of tool calls that parsed and ran without error; None when no tool was called.
 
-    >>> tool_success_reward([[{"role": "assistant", "tool_calls": [{"function": {"name": "add", "arguments": "{}"}}]}, {"role": "tool", "content": "3"}]])
-    [1.0]
+    >>> import types; [tool_success_reward([[{"role": "assistant", "tool_calls": [{"function": {"name": "add"}}]}, {"role": "tool", "content": "3"}]], environments=envs) for envs in (None, [types.SimpleNamespace(calls=4, failures=1)])]
+    [[1.0], [0.75]]
 
     Range [0.0, 1.0], or None (a plain string, or no call). A call parses when it names a
     function and its arguments are a JSON object (or absent). It ran when a tool message answers
     it (matched by tool_call_id, else in order) and that message is not an error: content
     starting with 'Error', 'Traceback' or 'Exception', a JSON object or dict with a non-empty
     "error" key, or is_error=True. Calls never answered count as failed.
+    When TRL passes `environments` (GRPOTrainer's environment_factory) and every one keeps a
+    tally, integer `calls` and `failures` (as grpo_tools.py's environment does), the score is
+    that tally's (calls - failures) / calls instead (None when calls == 0), as grpo_tools.py's
+    own tool_success_reward; otherwise the trajectory in `completions` is read.
     Gaming: trivial calls that cannot fail push the share to 1.0, and making no call at all
     gives None (neither paid nor penalised): use it with a task reward and tool_budget_penalty.
     """
@@ -892,6 +896,12 @@ def tool_success_reward(completions, **kwargs) -> list:
             return content.get("error") not in (None, False, "", {}, [])
         return str(content or "").lstrip()[:9].lower().startswith(("error", "traceback", "exception"))
 
+    def has_tally(env):  # an environment that counts its own tool calls and failures
+        return all(isinstance(getattr(env, name, None), int) for name in ("calls", "failures"))
+
+    environments = list(environments or [])
+    if environments and all(has_tally(env) for env in environments):
+        return [(env.calls - env.failures) / env.calls if env.calls else None for env in environments]
     scores = []
     for completion in completions:
         if isinstance(completion, str):

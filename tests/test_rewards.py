@@ -6,6 +6,7 @@ import doctest
 import http.server
 import inspect
 import json
+import math
 import pickle
 import random
 import re
@@ -276,6 +277,40 @@ def test_tool_budget_penalty_scale():
     assert rewards.tool_budget_penalty(4)(completions=[calls(n) for n in (0, 4, 5, 6, 8, 50)]) == \
         [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
     assert rewards.tool_budget_penalty(0)(completions=[calls(0), calls(1)]) == [0.0, -1.0]
+
+
+def tally(calls, failures):
+    """What TRL passes as `environments` with environment_factory: one object per rollout counting its tool calls."""
+    return types.SimpleNamespace(calls=calls, failures=failures, budget=3)
+
+
+TALLIES = [(calls, failures) for calls in range(7) for failures in range(calls + 1)] + [(1000, 1), (3, 3)]
+
+
+def test_tool_success_reward_reads_trl_environments_like_grpo_tools():
+    import grpo_tools as gt
+
+    envs = [tally(calls, failures) for calls, failures in TALLIES]
+    trajectories = [TOOL_MIXED] * len(envs)  # the tally decides, not the trajectory (0.25 here)
+    ours = rewards.tool_success_reward(completions=trajectories, environments=envs, answer=["72"] * len(envs))
+    assert ours == gt.tool_success_reward(completions=trajectories, environments=envs, answer=["72"] * len(envs))
+    assert ours == [(c - f) / c if c else None for c, f in TALLIES] and ours[0] is None and None not in ours[1:]
+    real = gt.ToolEnvironment()  # grpo_tools.py's own environment, after a call that ran and one that failed
+    real.reset()
+    real.calculator(expression="23 * 47"), real.calculator(expression="23 *")  # by keyword, as TRL calls tools
+    assert rewards.tool_success_reward(completions=[TOOL_OK], environments=[real]) == \
+        gt.tool_success_reward(environments=[real]) == [0.5]
+
+
+@pytest.mark.parametrize("environments", [
+    None, [], [None, None], [object(), object()], [types.SimpleNamespace(), types.SimpleNamespace(calls=1)],
+    [tally(4, 0), None],  # one without a tally: all are read from the trajectory
+    [tally("4", "0"), tally(4.0, 0.0)],  # not integers
+], ids=["none", "empty", "Nones", "objects", "no tally", "mixed", "not integers"])
+def test_tool_success_reward_without_a_tally_reads_the_trajectory(environments):
+    trajectories = [TOOL_MIXED, TOOL_OK]
+    assert rewards.tool_success_reward(completions=trajectories, environments=environments) == [0.25, 1.0]
+    assert rewards.tool_success_reward(completions=trajectories, environments=[tally(4, 0), tally(0, 0)]) == [1.0, None]
 
 
 # --- the hacking audit ----------------------------------------------------------------------------
@@ -641,6 +676,17 @@ def test_works_when_pasted_alone(name, make):
     assert pasted.__name__ == original.__name__  # TRL logs rewards/<name>/mean
 
 
+def test_tool_success_reward_pasted_alone_reads_both_environments_and_trajectories():
+    pasted = paste(rewards.tool_success_reward)
+    envs = [tally(calls, failures) for calls, failures in TALLIES]
+    assert pasted(completions=[TOOL_MIXED] * len(envs), environments=envs) == \
+        rewards.tool_success_reward(completions=[TOOL_MIXED] * len(envs), environments=envs)
+    assert pasted(completions=[TOOL_OK], environments=[tally(4, 1)]) == [0.75]
+    for environments in (None, [None] * len(EXAMPLES), [object()] * len(EXAMPLES)):
+        assert pasted(completions=EXAMPLES, environments=environments) == \
+            rewards.tool_success_reward(completions=EXAMPLES) == [None] * 4 + [None, 1.0, 0.25, None, None]
+
+
 def test_extraction_helpers_work_when_pasted_alone():
     assert paste(rewards.extract_boxed)(r"\boxed{\frac{1}{2}}") == r"\frac{1}{2}"
     assert paste(rewards.extract_xml_answer)(wrap("72")) == "\n72\n"
@@ -812,6 +858,25 @@ def test_every_reward_pickles_and_scores_the_same(make):
         for gold in ("72", "\\frac{\\sqrt{3}}{2}"):
             expected = reward(completions=EXAMPLES, answer=[gold] * len(EXAMPLES), prompts=prompts)
             assert copy(completions=EXAMPLES, answer=[gold] * len(EXAMPLES), prompts=prompts) == expected
+
+
+def test_cosine_scaled_correctness_with_correctness_reward_pickles():
+    """Its docstring: it pickles when correctness_func is a module-level function (TRL's asynchronous workers)."""
+    reward = rewards.cosine_scaled_correctness(100, rewards.correctness_reward)
+    copy = pickle.loads(pickle.dumps(reward))
+    assert copy.correctness_func is rewards.correctness_reward and copy.__name__ == reward.__name__
+    batch = {"completions": [wrap("72"), wrap("73"), wrap("72"), chat(wrap("73"))], "answer": ["#### 72"] * 4,
+             "completion_ids": [[0] * 0, [0] * 50, [0] * 100, [0] * 20]}
+    assert copy(**batch) == reward(**batch) == pytest.approx([1.0, -0.75, 0.5, -0.5 - 0.25 * (1 + math.cos(0.2 * math.pi))])
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # the caveat its docstring states: not with a lambda
+        pickle.dumps(rewards.cosine_scaled_correctness(100, lambda completions, **kwargs: [1.0] * len(completions)))
+
+
+def test_factory_examples_use_no_lambda():
+    """A factory's example is what users copy: it must build a reward that pickles, so no lambda in it."""
+    for func in CATALOGUE:
+        examples = [line for line in inspect.getdoc(func).splitlines() if line.startswith(">>> ")]
+        assert not any("lambda" in line for line in examples), func.__name__
 
 
 def test_the_factories_keep_their_logged_names():
