@@ -449,10 +449,10 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     envs = [rollout.env for row in found for rollout in row]
     columns = {key: [value for value, row in zip(dataset[key], found) for _ in row]
                for key in ("answer", "tests", "entry_point", "setup")}
-    # Straight from the tests, whatever RUBRIC holds: a rubric under test must not grade itself
     codes = [extract_answer(completion_text(c)) for c in flat]
-    results = run_hidden_tests_batch(codes, columns["tests"], columns["entry_point"], columns["setup"])
-    correct = [float(bool(r["passed"]) and all(r["passed"])) for r in results]
+    results = run_hidden_tests_batch(codes, columns["tests"], columns["entry_point"], columns["setup"])  # the reasons
+    correct = [float(score is not None and score >= 1.0)  # the outcome reward's full marks: OUTCOME_REWARD
+               for score in outcome_reward()(flat, environments=envs, **columns)]
     greedy = list(range(0, len(flat), 1 + samples))
     calls = sum(envs[i].calls for i in greedy)
     failures = sum(envs[i].failures for i in greedy)

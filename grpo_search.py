@@ -208,9 +208,14 @@ def load_data(script_args, tokenizer, seed):
                                             add_generation_prompt=True, tokenize=True, return_dict=False)
         return len(ids) <= script_args.max_prompt_tokens
 
-    splits = []
+    splits, grade = [], outcome_reward()
     for rows in (train, test):
         questions = to_questions(rows, script_args, name)
+        gradable = [q for q in questions if grade([""], **{key: [value] for key, value in q.items()})[0] is not None]
+        if len(gradable) < len(questions):  # the questions OUTCOME_REWARD cannot grade (no gold answer) teach nothing
+            print(f"dropped {len(questions) - len(gradable)} of {len(questions)} questions whose answer "
+                  f"{OUTCOME_REWARD} cannot grade (empty): check --answer_column")
+        questions = gradable
         missing = sum(doc not in known for q in questions for doc in q["supporting_docs"])
         if missing:
             print(f"{missing} supporting document id(s) of '{name}' are not in the corpus: they cannot be found "
@@ -626,10 +631,9 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     flat = [rollout.messages for row in found for rollout in row]
     envs = [rollout.env for row in found for rollout in row]
     answers = [value for value, row in zip(dataset["answer"], found) for _ in row]
-    # Straight from the answers, whatever RUBRIC holds: a rubric under test must not grade itself
     predicted = [extract_answer(completion_text(c)) for c in flat]
-    correct = [float(p is not None and any(normalize_answer(p) == normalize_answer(a) for a in golds(gold)))
-               for p, gold in zip(predicted, answers)]
+    correct = [float(score is not None and score >= 1.0)  # the outcome reward's full marks: OUTCOME_REWARD
+               for score in outcome_reward()(flat, answer=answers, environments=envs)]
     f1 = [max((answer_f1(p, a) for a in golds(gold)), default=0.0) if p is not None else 0.0
           for p, gold in zip(predicted, answers)]
     greedy = list(range(0, len(flat), 1 + samples))

@@ -50,7 +50,9 @@ class InstrumentArguments:
     print_samples_every: int = arg(25, "Print one sample trajectory every this many steps (0 = never).")
     train_samples_per_log: int = arg(2, "Groups (a prompt with all its rollouts) saved to train_samples.jsonl per "
                                         "logged step (0 = none, -1 = all).")
-    replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now.")
+    replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now. Or "
+                            "a .jsonl of hand-written conversations: their tool calls run in this script's tools, "
+                            "the results are shown and the trajectories scored (README: Fork it).")
     skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
     loophole: str = arg(None, "The hack lab (hack_lab.py): grade the outcome with a planted loophole, the truth "
@@ -107,7 +109,10 @@ class Run:
         return self.recipe["RecipeError"](message)
 
     def replay(self) -> dict:
-        """--replay RUN_DIR: no model, no data; the recorded completions scored with RUBRIC as it is now."""
+        """--replay RUN_DIR: no model, no data; the recorded completions scored with RUBRIC as it is now. --replay
+        FILE.jsonl: hand-written conversations, their tool calls run in the script's tools, then scored."""
+        if Path(self.args.replay).is_file():
+            return replay_conversations(Path(self.args.replay), self.r, self.script_args, self.output_dir)
         return replay(Path(self.args.replay), self.r, self.script_args, self.output_dir)
 
     def prepare(self, rewards: list, train_dataset, eval_dataset):
@@ -962,6 +967,71 @@ def replay(run_dir: Path, recipe, script_args, output_dir: Path, shown: int = 5)
         print(f"wrote {folder / 'replay.json'} and {folder / 'replay.jsonl'}")
         report["written_to"] = str(folder)
         return report
+
+
+def replay_conversations(path: Path, recipe, script_args, output_dir: Path) -> dict:
+    """--replay FILE.jsonl: one hand-written conversation a line, {"answer": ..., "messages": [...]} plus any column
+    the rewards read. Each assistant message's tool calls run in a fresh environment of the script's own tools, as
+    TRL's loop runs them, and their real results replace whatever tool messages the file has; then RUBRIC scores the
+    trajectory. A new tool and rubric, seen working before any model calls them. Writes replay.json in
+    `output_dir` and returns the report."""
+    weights = {func.__name__: weight for func, weight in recipe.RUBRIC}
+    conversations, skipped = [], {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            messages = row.pop("messages", None) or row.pop("completion", None)
+            assert isinstance(row, dict) and isinstance(messages, (str, list)) and "answer" in row
+        except (ValueError, AssertionError, AttributeError):
+            raise recipe.RecipeError(f"--replay {path}: line {number} is not a JSON object with \"answer\" and "
+                                     "\"messages\" (the assistant's turns, with tool_calls): README, Fork it") from None
+        environment = recipe.replay_environment(script_args, row) if hasattr(recipe, "replay_environment") else None
+        prompt, trajectory = [], []
+        for message in messages if isinstance(messages, list) else []:
+            if not isinstance(message, dict) or message.get("role") == "tool":
+                continue  # the tool messages are the tools' own, below
+            if message.get("role") in ("system", "user") and not trajectory:
+                prompt.append(message)
+                continue
+            trajectory.append(message)
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", call) if isinstance(call, dict) else {}
+                name, arguments = function.get("name"), function.get("arguments") or {}
+                try:  # as TRL's loop: a failing or unknown tool becomes an error the model reads
+                    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+                    public = isinstance(name, str) and not name.startswith("_") and name not in ("reset", "get_reward")
+                    tool = getattr(environment, name, None) if public else None
+                    if tool is None:
+                        raise ValueError(f"Tool {name} not found.")
+                    result = tool(**arguments)
+                except Exception as error:
+                    result = {"error": str(error)}
+                trajectory.append({"role": "tool", "name": name, "content": str(result)})
+        completion = messages if isinstance(messages, str) else trajectory
+        columns = {"prompts": [prompt], **{key: [value] for key, value in row.items()}}
+        if environment is not None:
+            columns["environments"] = [environment]
+        rewards = rescore(recipe.RUBRIC, [completion], columns, skipped)[0]
+        total = sum(weights[name] * value for name, value in rewards.items() if value is not None)
+        conversations.append({"line": number, "answer": row["answer"], "completion": completion, "rewards": rewards,
+                              "total": total})
+    if not conversations:
+        raise recipe.RecipeError(f"--replay {path}: no conversation in the file: README, Fork it")
+    for conversation in conversations:
+        print(f"--- line {conversation['line']} (answer {conversation['answer']!r})")
+        print(format_trajectory(conversation["completion"]))
+        print("rewards: " + ", ".join(f"{name} {'-' if value is None else f'{value + 0.0:.2f}'}"
+                                      for name, value in conversation["rewards"].items())
+              + f"; total {conversation['total']:.2f}")
+    for name, why in skipped.items():
+        print(f"{name} was not scored: {why}")
+    report = {"conversations_file": str(path), "conversations": conversations, "not_scored": skipped}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "replay.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    print(f"wrote {output_dir / 'replay.json'}")
+    return report
 
 
 def hack_battery(recipe) -> dict:

@@ -123,10 +123,12 @@ def test_grpo_tools_notebook_gives_each_tool_its_cells():
     assert len(calculator) <= 2  # the calculator in one or two cells; run_python's sandbox is sandbox.py's, imported
     assert not [source for source in code if re.search(r"^(def|class) _?(run_in_sandbox|sandbox_mode|Sandbox)\b",
                                                         source, re.MULTILINE)]
+    tools = cell_defining("run_python")
+    assert "sandbox.run_python(code)" in tools  # the tool the model is offered, calling the one sandbox
+    assert re.search(r"^TOOLS = \[", tools, re.MULTILINE)  # beside the list of tools, which a user edits
     environment = cell_defining("ToolEnvironment")
-    assert "sandbox.run_python(code)" in environment  # the tool the model is offered, calling the one sandbox
     assert environment.startswith("class ToolEnvironment:")
-    assert not re.search(r"^(def|class) (?!ToolEnvironment\b)", environment, re.MULTILINE)  # and nothing else
+    assert not re.search(r"^(def|class) (?!ToolEnvironment\b|as_method\b)", environment, re.MULTILINE)  # and nothing else
     assert "## Tools" in [cell.source.split("\n")[0] for cell in cells if cell.cell_type == "markdown"]
 
 
