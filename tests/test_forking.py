@@ -268,3 +268,53 @@ def test_the_readme_sql_fork_replays_and_trains(tmp_path):
     assert list((tmp_path / "outputs" / "grpo_sql").glob("*/checkpoint-2"))
     assert list((tmp_path / "outputs" / "grpo_sql").glob("*/eval.json"))
     assert not (tmp_path / "outputs" / "grpo_tools").exists()
+
+
+# ---- the README's shelf fork ---------------------------------------------------------------------------------
+
+SHELF = ("soft_overlong_penalty", "repetition_penalty", "cosine_scaled_correctness")
+
+
+def shelf_fork_text():
+    """grpo_math.py with the three rewards.py entries pasted above its RUBRIC cell, and the README's RUBRIC."""
+    import ast
+
+    shelf = (REPO / "rewards.py").read_text()
+    entries = {node.name: ast.get_source_segment(shelf, node) for node in ast.parse(shelf).body
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    (rubric_block,) = readme_blocks("### Worked fork: rewards from the shelf in grpo_math.py")
+    text = (REPO / "grpo_math.py").read_text()
+    rubric = re.search(r"^RUBRIC = \[\n.*?^\]\n", text, re.MULTILINE | re.DOTALL).group(0)
+    pasted = "".join(entries[name] + "\n\n\n" for name in SHELF)
+    return text.replace(rubric, pasted + rubric_block, 1)
+
+
+def test_the_readme_shelf_fork_replays_and_trains(tmp_path):
+    (tmp_path / "my_grpo_math.py").write_text(shelf_fork_text())
+    shutil.copy(REPO / "instruments.py", tmp_path)
+    (tmp_path / "assets").symlink_to(REPO / "assets")
+    answers = [{"answer": "72", "messages": "<reasoning>\nHalf of 48 is 24, and 48 plus 24 makes 72.\n</reasoning>\n<answer>\n72\n</answer>"},
+               {"answer": "72", "messages": "<reasoning>\n" + "go go go " * 30 + "\n</reasoning>\n<answer>\n71\n</answer>"}]
+    write_jsonl(tmp_path / "answers.jsonl", answers)
+    import subprocess
+    import sys
+    from conftest import offline_env
+
+    def run(*flags):
+        return subprocess.run([sys.executable, "my_grpo_math.py", *flags], capture_output=True, text=True,
+                              cwd=tmp_path, env=offline_env(), timeout=900)
+
+    replayed = run("--replay", "answers.jsonl")
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    right, looping = (c["rewards"] for c in json.loads(next(
+        (tmp_path / "outputs" / "my_grpo_math").glob("*/replay.json")).read_text())["conversations"])
+    assert right["correctness_reward"] == 1.0 and right["repetition_penalty_reward"] == 0.0
+    assert right["cosine_scaled_correctness_reward"] > 0.5 and looping["cosine_scaled_correctness_reward"] < 0
+    assert looping["repetition_penalty_reward"] < -0.4 and right["soft_overlong_penalty_reward"] == 0.0
+    trained = run("--max_steps", "1", "--num_eval_examples", "8", "--per_device_train_batch_size", "16",
+                  "--mid_eval_steps", "0", "--save_steps", "1", "--logging_steps", "1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    metrics = json.loads(next((tmp_path / "outputs" / "my_grpo_math").glob("*/checkpoint-1/trainer_state.json"))
+                         .read_text())["log_history"][0]
+    for name in ("soft_overlong_penalty_reward", "repetition_penalty_reward", "cosine_scaled_correctness_reward"):
+        assert f"rewards/{name}/mean" in metrics, sorted(metrics)
