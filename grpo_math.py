@@ -13,6 +13,7 @@
 #     "accelerate>=1.10",
 #     "matplotlib>=3.8",
 #     "pyyaml>=6.0",
+#     "math-verify>=0.9",  # MATH-style answers (--answer_type symbolic); GSM8K never imports it
 # ]
 # ///
 """GRPO on GSM8K-style math in one file: a small instruct model learns to reason, then answer.
@@ -20,11 +21,14 @@
 The model writes `<reasoning>...</reasoning><answer>...</answer>`; a rubric of small reward
 functions (correctness, format, a numeric-answer bonus) scores each completion, and TRL's
 GRPOTrainer pushes the model towards the completions that beat the others in their group.
+Answers are numbers (GSM8K), or MATH-style expressions (fractions, roots, pi, intervals, sets)
+that math-verify compares: --answer_type, picked from the data unless given.
 Fork this file: change a reward, the model or the dataset, and run it again.
 
 Run it
     python grpo_math.py                                  # no GPU: offline demo on a tiny model (0.8 min)
     python grpo_math.py --max_steps 250                  # one GPU: Qwen2.5-0.5B-Instruct on GSM8K
+    python grpo_math.py --dataset_name math.jsonl        # your MATH-style data: answers graded by math-verify
     python grpo_math.py --use_peft --learning_rate 2e-5  # LoRA: a fraction of the memory
     python grpo_math.py --use_peft --load_in_4bit        # QLoRA (needs `pip install bitsandbytes`)
     python grpo_math.py --use_vllm                       # faster generation (needs `pip install vllm`)
@@ -53,10 +57,11 @@ How this departs from textbook GRPO (DeepSeekMath), all of it TRL's defaults unl
       the format terms together pay less than a correct answer, so no format hack beats solving.
 """
 
-import json, os, re, sys, time  # noqa: E401
+import functools, json, os, re, sys, threading, time  # noqa: E401
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 import torch
 from accelerate.utils import gather_object
@@ -102,7 +107,14 @@ class ScriptArguments:
     dataset_test_split: str = arg("test", "Split to evaluate on; if the dataset has none, "
                                            "num_eval_examples rows are held out of the train split.")
     question_column: str = arg("question", "Column with the question text.")
-    answer_column: str = arg("answer", "Column with the gold answer (a number, or GSM8K text ending '#### 72').")
+    answer_column: str = arg("answer", "Column with the gold answer: a number, GSM8K text ending '#### 72', or a "
+                                       "MATH-style answer such as \\frac{1}{2} (see --answer_type).")
+    answer_type: Literal["auto", "number", "symbolic"] = arg(
+        "auto", "How correctness_reward grades. number: each gold is one plain number (GSM8K's text after '####'), "
+                "the answer block must state it; \\sqrt{2} or 1/2 is no such gold. symbolic: math-verify compares "
+                "answer and gold, so fractions, roots, pi, intervals, equations, sets and matrices are graded "
+                "(pip install math-verify). auto: number when every gold is a plain number, else symbolic "
+                "(the type is printed at load).")
     max_prompt_tokens: int = arg(256, "Prompts longer than this are dropped: TRL no longer truncates them.")
     num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
     eval_batch_size: int = arg(32, "Questions per generate() call during evaluation.")
@@ -184,11 +196,14 @@ def load_data(script_args, tokenizer, seed):
         test = dataset[script_args.dataset_test_split]
     else:  # hold some training rows out for evaluation
         train, test = hold_out(train, script_args.num_eval_examples, seed)
+    answer_type, why = resolved_answer_type(script_args.answer_type, [
+        str(gold) for rows in (train, test) for gold in rows[script_args.answer_column]])
+    print(f"answer type: {answer_type} (--answer_type {script_args.answer_type}{why})")
 
-    def to_prompt(row):
+    def to_prompt(row):  # every column reaches the rewards: answer_type tells correctness_reward how to grade
         return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},
                            {"role": "user", "content": str(row[script_args.question_column])}],
-                "answer": str(row[script_args.answer_column])}
+                "answer": str(row[script_args.answer_column]), "answer_type": answer_type}
 
     def fits(row):
         ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
@@ -197,16 +212,16 @@ def load_data(script_args, tokenizer, seed):
 
     splits, grade = [], outcome_reward()
     for rows in (train, test):
-        rows = rows.map(to_prompt, remove_columns=[c for c in rows.column_names if c != "answer"])
+        rows = rows.map(to_prompt, remove_columns=[column for column in rows.column_names
+                                                   if column not in ("answer", "answer_type")])
         # The rows the outcome reward can grade (None: a gold it cannot read), so that one function decides
         gradable = [grade([""], **{key: [value] for key, value in row.items()})[0] is not None for row in rows]
         dropped = [row["answer"] for row, ok in zip(rows, gradable) if not ok]
         if dropped:  # ungradable golds teach nothing: say so, and train on the rest
+            hint = f"(e.g. {dropped[0][-40:]!r}, read as {answer_type}): check --answer_type and --answer_column"
             if len(dropped) == len(rows):
-                raise RecipeError(f"{OUTCOME_REWARD} can grade no answer of dataset '{name}' (e.g. "
-                                  f"{dropped[0][-40:]!r}, not a single number): check --answer_column")
-            print(f"dropped {len(dropped)} of {len(rows)} rows whose answer {OUTCOME_REWARD} cannot grade (e.g. "
-                  f"{dropped[0][-40:]!r}, not a single number): check --answer_column")
+                raise RecipeError(f"{OUTCOME_REWARD} can grade no answer of dataset '{name}' {hint}")
+            print(f"dropped {len(dropped)} of {len(rows)} rows whose answer {OUTCOME_REWARD} cannot grade {hint}")
         rows = rows.select([i for i, ok in enumerate(gradable) if ok])
         before = len(rows)
         rows = rows.filter(fits)
@@ -218,6 +233,20 @@ def load_data(script_args, tokenizer, seed):
         raise RecipeError(f"no training prompt fits in {script_args.max_prompt_tokens} tokens: "
                           "raise --max_prompt_tokens")
     return splits[0], splits[1].select(range(min(script_args.num_eval_examples, len(splits[1]))))
+
+
+def resolved_answer_type(answer_type: str, golds: list) -> tuple:
+    """(answer type, why) for --answer_type auto: symbolic when correctness_reward can read some gold only as
+    symbolic, else number (GSM8K, with its broken labels, never needs math-verify)."""
+    if answer_type != "auto":
+        return answer_type, ""
+    grade = outcome_reward()
+    expressions = [gold for gold in golds if grade([""], answer=[gold], answer_type=["number"])[0] is None
+                   and grade([""], answer=[gold], answer_type=["symbolic"])[0] is not None]
+    if expressions:
+        return "symbolic", (f": {len(expressions)} of {len(golds)} golds are not plain numbers, e.g. "
+                            f"{expressions[0][-40:]!r}")
+    return "number", f": every gold {OUTCOME_REWARD} can grade is a plain number"
 
 
 # %% [markdown]
@@ -275,19 +304,64 @@ LENIENT_FORMAT = re.compile(r"\s*<reasoning>.*?</reasoning>\s*<answer>.*?</answe
 
 
 # %% [markdown]
-# The reward that matters most, 1.0 for the gold number in the answer block: edit it, then rerun the cells below.
+# How correctness_reward reads a number-type gold and answer (GSM8K); symbolic ones (MATH) come after RUBRIC.
 # %%
-def correctness_reward(completions, answer, **kwargs) -> list:
-    """1.0 when the one <answer> block states the gold number, else 0.0; None when the gold states none."""
+PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?", re.ASCII)  # a number-type gold, once GSM8K's ',' and '$' are gone
+# Math around the number makes an expression of it ('\sqrt{72}', '72^2', '6!', '9\pi', '72 + 72', '.5' are neither 72
+# nor 5); words, '$', '%', degrees, '\boxed{}' and '\text{}' may surround it, and '=' ('x = 72')
+MATH_AROUND = re.compile(r"\^(?!\{?\\circ)|\\(?!(?:boxed|text[a-z]*|mathrm|mbox|left|right|circ)(?![A-Za-z]))[A-Za-z]+"
+                         r"|[+*/_!<>×÷·√π∞−]|\s-\s|(?<!\d)\.\d")
+
+
+def plain_gold(answer: str):
+    """A number-type gold: GSM8K's text after '####' (or all of it) when it is one plain number ('72', '$1,000',
+    '-0.5'), else None: '\\sqrt{2}', '9\\pi', '6!', '1/2' or '[2, \\infty)' are never one of their digits."""
+    text = str(answer).rsplit("####", 1)[-1].replace(",", "").replace("$", "").strip()
+    return gold_number(answer) if PLAIN_NUMBER.fullmatch(text) else None
+
+
+def stated_number(content):
+    """The number a number-type answer block states (parse_number's), unless math around it makes an expression."""
+    return parse_number(content) if content is not None and not MATH_AROUND.search(content) else None
+
+
+# %% [markdown]
+# The reward that matters most, 1.0 for the gold answer; it alone knows the answer types (load_data keeps the rows it
+# can grade, evaluate's accuracy is its full marks): a new answer type is a new branch here. Edit it, then rerun the
+# cells below.
+# %%
+def correctness_reward(completions, answer, answer_type=None, **kwargs) -> list:
+    """1.0 when the answer equals the gold, else 0.0; None for a gold the answer type cannot read (a broken label,
+    which load_data drops and TRL skips). `answer_type`, one per row (load_data's column, from --answer_type):
+
+    - "number" (GSM8K): the gold is one plain number, and the one <answer> block states it ('72', '$72.00',
+      '72 clips', '\\boxed{72}', '1,000'); no other number, and no math around it ('\\sqrt{72}', '72^2').
+    - "symbolic" (MATH): math-verify finds the answer equal to the gold, so '\\dfrac12', '1/2' and '0.5' are right
+      for '\\frac{1}{2}', and intervals, equations, sets and matrices are graded. The answer is the one <answer>
+      block, or the last \\boxed{} in it; with no block, the last \\boxed{} of the text. Needs math-verify.
+    - None: number when the gold is a plain number, else symbolic.
+
+    >>> correctness_reward(["<answer>0.5</answer>", "<answer>2</answer>"], answer=["1/2", "1/2"])
+    [1.0, 0.0]
+    """
+    # math-verify's time limits are SIGALRM, which only the main thread can set (elsewhere they raise): none there
+    seconds = 5 if threading.current_thread() is threading.main_thread() else None
+    types = answer_type if isinstance(answer_type, list) else [answer_type] * len(completions)
     scores = []
-    for completion, gold in zip(completions, answer):
-        target = gold_number(gold)
-        if target is None:  # a broken label (load_data drops them): no say, as in rewards.py
-            scores.append(None)
-            continue
-        content = extract_answer(completion_text(completion))
-        value = parse_number(content) if content is not None else None
-        scores.append(1.0 if value is not None and value == target else 0.0)
+    for completion, gold, kind in zip(completions, answer, types):
+        target, text = plain_gold(gold), completion_text(completion)
+        kind = kind or ("number" if target is not None else "symbolic")
+        if kind == "number":
+            value = stated_number(extract_answer(text)) if target is not None else None
+            scores.append(None if target is None else float(value is not None and value == target))
+        elif kind == "symbolic":
+            expected, given = symbolic_gold(gold), symbolic_answer(text)
+            if expected is None or not given or len(given) > 1000:  # no gold to read, or no answer to check
+                scores.append(None if expected is None else 0.0)
+            else:
+                scores.append(math_verify_score(expected, given, seconds))
+        else:
+            raise ValueError(f"correctness_reward: answer_type {kind!r} is neither 'number' nor 'symbolic'")
     return scores
 
 
@@ -362,13 +436,65 @@ RUBRIC = [
 
 
 # %% [markdown]
+# How correctness_reward reads a symbolic-type gold and answer (MATH-style), which math-verify then compares.
+# %%
+# What sympy could compute for hours (towers of powers, 3-digit exponents, factorials of 4 digits or of a group)
+HUGE = re.compile(r"\^\s*\{[^{}]*[\^!]|\^\s*\{?\s*-?\d{3,}|(?:\d{4,}|[)}])\s*!")
+
+
+def last_boxed(text: str):
+    """The content of the last \\boxed{...} in the text (nested braces allowed), else None."""
+    start = text.rfind("\\boxed{")
+    if start == -1:
+        return None
+    depth, start = 0, start + len("\\boxed")
+    for brace in re.finditer(r"[{}]", text[start:]):
+        depth += 1 if brace.group() == "{" else -1
+        if depth == 0:
+            return text[start + 1:start + brace.start()]
+    return None
+
+
+def symbolic_gold(answer: str):
+    """A symbolic-type gold: the text after '####', else the last \\boxed{} (a whole MATH solution), else all of it.
+    None when empty, or in words outside \\text{}: math-verify would grade 'see the manual' as a product s*e*e*..."""
+    text = str(answer)
+    text = (text.rsplit("####", 1)[-1] if "####" in text else last_boxed(text) or text).strip()
+    words = re.sub(r"\\(?:text[a-z]*|mathrm|mbox|operatorname|begin|end)\{[^{}]*\}|\\[A-Za-z]+", "", text)
+    return text if text and len(text) <= 1000 and not re.search(r"[A-Za-z]{3}", words) else None
+
+
+def symbolic_answer(text: str):
+    """A symbolic-type answer: the one <answer> block, or the last \\boxed{} in it; with no block at all, the last
+    \\boxed{} of the text. None when there is none (several or unclosed blocks, like no block, state no answer)."""
+    if "<answer>" not in text and "</answer>" not in text:
+        return last_boxed(text)
+    content = extract_answer(text)
+    return None if content is None else (last_boxed(content) or content).strip()
+
+
+@functools.lru_cache(maxsize=65536)  # a GRPO group shares its gold and often repeats an answer: each pair once
+def math_verify_score(gold: str, answer: str, seconds):
+    """1.0 when math-verify finds the answer equal to the gold, else 0.0; None when it reads nothing in the gold.
+    `seconds`: its time limit, or None where no limit can be set (then what could compute for hours scores 0)."""
+    from math_verify import parse, verify  # sympy loads at the first symbolic answer: GSM8K never needs it
+
+    if seconds is None and (HUGE.search(gold) or HUGE.search(answer)):
+        return None if HUGE.search(gold) else 0.0
+    gold_read = parse(f"\\boxed{{{gold}}}", parsing_timeout=seconds)
+    if not gold_read:
+        return None
+    return float(verify(gold_read, parse(f"\\boxed{{{answer}}}", parsing_timeout=seconds), timeout_seconds=seconds))
+
+
+# %% [markdown]
 # ## Training
 # The call that trains: the rubric wired into TRL's `GRPOTrainer`. Then how a run is judged: the held-out metrics
 # `evaluate` reports before and after training, and the reward the run monitor watches.
 # %%
 OUTCOME_REWARD = "correctness_reward"  # the reward the run monitor compares the others with
 HELD_OUT_TABLE = ("accuracy", "format_rate")  # the before/after table printed at the end
-ACCURACY_IS = "the gold number in the answer block"
+ACCURACY_IS = "correctness_reward's 1.0: the gold number, or an expression equal to the gold (--answer_type)"
 
 
 def build_trainer(script_args, training_args, model_args, tokenizer, train_dataset, rewards):
@@ -394,9 +520,11 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     answers = generate_answers(trainer, dataset, batch_size, samples)
     golds = list(dataset["answer"])
     flat = [text for row in answers for text in row]
-    # Accuracy is the outcome reward's full marks and format the strict layout, whatever else RUBRIC holds
-    flat_golds = [gold for gold, row in zip(golds, answers) for _ in row]
-    correct = [float(score is not None and score >= 1.0) for score in outcome_reward()(flat, answer=flat_golds)]
+    # Accuracy is the outcome reward's full marks and format the strict layout, whatever else RUBRIC holds; the
+    # rewards get each row's columns (the gold, its answer_type), as in training
+    columns = {name: [value for value, row in zip(dataset[name], answers) for _ in row]
+               for name in dataset.column_names if name != "prompt"}
+    correct = [float(score is not None and score >= 1.0) for score in outcome_reward()(flat, **columns)]
     greedy = [first for first in range(0, len(flat), 1 + samples)]
     metrics = {"accuracy": sum(correct[i] for i in greedy) / len(greedy),
                "format_rate": sum(strict_format_reward([flat[i] for i in greedy])) / len(greedy),
@@ -405,7 +533,7 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
     if samples:
         metrics.update(instruments.sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
     if trajectories is not None and trainer.accelerator.is_main_process:  # given with instruments.py
-        scores = iter(instruments.score(RUBRIC, flat, answer=flat_golds))
+        scores = iter(instruments.score(RUBRIC, flat, **columns))
         with open(trajectories, "a", encoding="utf-8") as f:
             for prompt, gold, texts in zip(dataset["prompt"], golds, answers):
                 f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "completions": [
@@ -426,6 +554,10 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
 # %%
 class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
+
+
+class RunStopped(Exception):
+    """A service the rewards need (a judge's server, say) went away mid-run: stop, keeping what was trained."""
 
 
 def parse_args(argv=None):
@@ -653,6 +785,12 @@ def main(argv=None):
             raise RecipeError(f"stopped at step {trainer.state.global_step}; the checkpoints are in "
                               f"{training_args.output_dir}: continue with --resume_from_checkpoint last "
                               f"--output_dir {training_args.output_dir}") from None
+        except RunStopped as why:  # nothing trained is lost: a checkpoint of the steps done, optimizer and all
+            trainer._save_checkpoint(trainer.model, trial=None)
+            raise RecipeError(f"stopped at step {trainer.state.global_step}: {why}; saved in "
+                              f"{training_args.output_dir}/checkpoint-{trainer.state.global_step}: when it is back, "
+                              f"continue with --resume_from_checkpoint last --output_dir {training_args.output_dir}"
+                              ) from None
         trainer.save_model(training_args.output_dir)
         trainer.save_state()  # trainer_state.json: the full log history, next to the final model
         results["after"] = held_out("after")

@@ -837,6 +837,10 @@ class RecipeError(Exception):
     """A problem with the input, reported as one line that says how to fix it."""
 
 
+class RunStopped(Exception):
+    """A service the rewards need (a judge's server, say) went away mid-run: stop, keeping what was trained."""
+
+
 def parse_args(argv=None):
     """CLI/YAML/main([...]) -> [script_args, training_args, model_args, instrument_args (with instruments.py)]."""
     if argv is None:  # in Jupyter/Colab, sys.argv holds the kernel's own arguments: ignore them
@@ -1105,6 +1109,12 @@ def main(argv=None):
             raise RecipeError(f"stopped at step {trainer.state.global_step}; the checkpoints are in "
                               f"{training_args.output_dir}: continue with --resume_from_checkpoint last "
                               f"--output_dir {training_args.output_dir}") from None
+        except RunStopped as why:  # nothing trained is lost: a checkpoint of the steps done, optimizer and all
+            trainer._save_checkpoint(trainer.model, trial=None)
+            raise RecipeError(f"stopped at step {trainer.state.global_step}: {why}; saved in "
+                              f"{training_args.output_dir}/checkpoint-{trainer.state.global_step}: when it is back, "
+                              f"continue with --resume_from_checkpoint last --output_dir {training_args.output_dir}"
+                              ) from None
         trainer.save_model(training_args.output_dir)
         trainer.save_state()  # trainer_state.json: the full log history, next to the final model
         results["after"] = held_out("after")

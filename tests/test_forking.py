@@ -97,7 +97,7 @@ def test_the_demo_line_says_when_the_toy_set_replaces_default_dataset(tmp_path):
 
 # ---- one grader per answer type ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", [*SCRIPTS, "grpo_judge.py"])
 def test_a_stale_outcome_reward_is_one_line_before_anything_loads(script, tmp_path):
     text = (REPO / script).read_text()
     outcome = re.search(r'^OUTCOME_REWARD = "(\w+)"', text, re.MULTILINE).group(1)

@@ -235,20 +235,24 @@ def test_killed_run_resumes_to_the_same_step_count(tmp_path):
 
 
 def test_rows_whose_answer_states_no_number_are_dropped_and_counted(tmp_path, capsys):
+    """GSM8K-style data with a few broken labels: still graded as numbers (the broken labels do not make it symbolic),
+    the broken rows dropped and counted; data with no gradable answer at all is one line naming both flags."""
     rows = [json.loads(line) for line in open(TOY_DATA / "train.jsonl")][:40]
     for row in rows[:5]:
-        row["answer"] = "see the solution manual"  # a broken label: no number
+        row["answer"] = "see the solution manual"  # a broken label: no number, and words no grader reads
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--num_eval_examples", "8",
              "--output_dir", str(tmp_path / "run")])
     printed = capsys.readouterr().out
-    dropped = re.findall(r"dropped (\d+) of (\d+) rows whose answer states no single number", printed)
+    assert "answer type: number (--answer_type auto" in printed, printed[-2000:]
+    dropped = re.findall(r"dropped (\d+) of (\d+) rows whose answer correctness_reward cannot grade \(e\.g\. "
+                         r"'see the solution manual', read as number\): check --answer_type and --answer_column", printed)
     assert sum(int(n) for n, _ in dropped) == 5 and sum(int(total) for _, total in dropped) == 40, printed[-2000:]
     for row in rows:
         row["answer"] = "see the solution manual"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    with pytest.raises(gm.RecipeError, match="states a single number.*--answer_column"):
+    with pytest.raises(gm.RecipeError, match="can grade no answer.*--answer_type and --answer_column"):
         gm.main([*FAST_RUN, "--dataset_name", str(data), "--max_steps", "1", "--output_dir", str(tmp_path / "run2")])
     assert not (tmp_path / "run2" / "checkpoint-1").exists()
 

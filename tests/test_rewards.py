@@ -420,18 +420,36 @@ def test_symbolic_reward_never_raises_and_stays_in_range(batch):
     check_scores("symbolic_correctness_reward", *batch)
 
 
+def copy_scores(name, completions_, answer):
+    """rewards.py's copy of a grpo_math.py reward, scoring as grpo_math.py's does on GSM8K (answer_type "number").
+    Two differences are deliberate, grpo_math.py's correctness_reward being the stricter (rewards.py's copy not yet):
+    a gold must be one plain number ('\\sqrt{2}' is not 2, '72 clips' not 72: None), and math around the answer's
+    number makes it no number ('\\sqrt{72}' and '72 + 72' are not 72: 0.0)."""
+    scores = getattr(rewards, name)(completions_, answer=answer)
+    if name != "correctness_reward":
+        return scores
+    for i, (completion, gold) in enumerate(zip(completions_, answer)):
+        if gm.plain_gold(gold) is None:
+            scores[i] = None
+        elif scores[i] == 1.0 and gm.stated_number(gm.extract_answer(gm.completion_text(completion))) is None:
+            scores[i] = 0.0
+    return scores
+
+
 @given(batch=batches)
 def test_grpo_math_rubric_agrees_with_its_copies_on_random_input(batch):
     completions_, answer = batch
     for name in COUNTERPARTS:
-        assert getattr(rewards, name)(completions_, answer=answer) == getattr(gm, name)(completions_, answer=answer)
+        ours = getattr(gm, name)(completions_, answer=answer, answer_type=["number"] * len(answer))
+        assert copy_scores(name, completions_, answer) == ours
 
 
 @pytest.mark.parametrize("completion, gold", [(row[1], row[2]) for row in TABLE] + [
     (completion, rewards.AUDIT_GOLD) for _, completion in rewards.audit_cases()])
 def test_grpo_math_rubric_agrees_with_its_copies_on_the_table(completion, gold):
     for name in COUNTERPARTS:
-        assert getattr(rewards, name)([completion], answer=[gold]) == getattr(gm, name)([completion], answer=[gold])
+        assert copy_scores(name, [completion], [gold]) == getattr(gm, name)([completion], answer=[gold],
+                                                                            answer_type=["number"])
 
 
 PATHOLOGICAL = {
@@ -900,7 +918,8 @@ def test_a_broken_gold_is_skipped_and_counted_not_held_against_the_model():
     lines = [str(w.message) for w in caught if "correctness_reward" in str(w.message)]
     assert len(lines) == 2 and "3 gold answer(s)" in lines[0] and "12 gold answer(s)" in lines[1]
     assert rewards.correctness_reward.broken_golds == 12
-    assert gm.correctness_reward(completions, answer=golds) == [1.0, None, None, None]  # the script's copy agrees
+    # the script's copy agrees, grading numbers (as it does GSM8K)
+    assert gm.correctness_reward(completions, answer=golds, answer_type="number") == [1.0, None, None, None]
 
 
 # --- the group judge's replies that a real server cannot be made to send (tests/test_judges.py: real server) ----

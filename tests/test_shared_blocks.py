@@ -11,7 +11,7 @@ import re
 import pytest
 from conftest import REPO
 
-SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py"]
+SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py", "grpo_judge.py"]
 MACHINERY_LINE = ("# ---- machinery: the same in every script, held identical by tests; "
                   "you rarely need to edit below ----")
 
@@ -19,10 +19,11 @@ MACHINERY_LINE = ("# ---- machinery: the same in every script, held identical by
 TOOL_SCRIPTS = {"grpo_tools.py", "grpo_code.py", "grpo_search.py"}
 NEEDED_BY = {
     "# ## Multi-turn rollouts": TOOL_SCRIPTS,  # evaluation with the tools enabled
-    "# ## Single-turn generation": {"grpo_math.py"},  # the only single-turn recipe: plain generate(), no tools
+    "# ## Single-turn generation": {"grpo_math.py", "grpo_judge.py"},  # the single-turn recipes: plain generate()
     "# ## Task layouts": {"grpo_code.py"},  # HumanEval / MBPP / own rows -> tasks, reference solutions checked
     "# ## The search index": {"grpo_search.py"},  # BM25 over the corpus, cached on disk
     "# ## Question layouts and the corpus": {"grpo_search.py"},  # HotpotQA / own rows -> questions, documents
+    "# ## The judge's client, server and audit": {"grpo_judge.py"},  # requests, transformers serve, the audit
 }
 TARGETS = {"RUBRIC": 450, "DEFAULT_MODEL": 150}  # the line each must be on or before: what a forker edits, first
 
@@ -182,13 +183,13 @@ def test_the_copy_count_catches_a_copy():
 
 
 def test_the_two_gsm8k_recipes_read_their_data_alike():
-    """grpo_math.py and grpo_tools.py train on the same data (GSM8K-style questions and numeric answers), so their
-    recipe-side data and answer helpers are copies too: a fix to one must reach the other (or this test is changed
-    on purpose, when one recipe's data parts ways). The one difference: the tools' prompt-length check counts the
-    tools' descriptions, which are part of every prompt there."""
+    """grpo_math.py and grpo_tools.py train on the same GSM8K-style data, so their number helpers are copies: a fix to
+    one must reach the other. Their load_data parted ways on purpose: grpo_math.py also reads symbolic answers
+    (--answer_type), grpo_tools.py numbers only; both keep the rows their outcome reward can grade, and the tools'
+    prompt-length check counts the tools' descriptions, which are part of every prompt there."""
     math, tools = (definitions(split(TEXTS[script])[0]) for script in ("grpo_math.py", "grpo_tools.py"))
     for name in ("NUMBER", "parse_number", "gold_number"):  # correctness_reward: held to rewards.py too
         assert math[name] == tools[name], name
-    without_fits = [re.sub(r"(?ms)^    def fits\(row\).*?\n\n", "", helpers["load_data"]) for helpers in (math, tools)]
-    assert without_fits[0] == without_fits[1] and math["load_data"] != tools["load_data"]
-    assert "tools=tools_of(ToolEnvironment())" in tools["load_data"]
+    for helpers in (math, tools):
+        assert "grade([\"\"], **{key: [value] for key, value in row.items()})" in helpers["load_data"]
+    assert "--answer_type" in math["load_data"] and "tools=tools_of(ToolEnvironment())" in tools["load_data"]

@@ -1,0 +1,258 @@
+"""grpo_judge.py against judges that are real HTTP servers: a small rule-following one here (fast, and able to be
+biased, to babble or to die on cue), and the demo's own tiny judge behind `transformers serve` (test_judge_demo).
+Rubrics read from RaR's dicts, from strings and from JSON text, a bad one named by column and row; two training
+steps on each layout by a bare file name; the audit passing an honest judge and failing a biased one before any
+model loads; a verdict the judge did not give never counted as met; each distinct question asked once; a judge
+that dies mid-run ending the run in one line with a checkpoint the printed command resumes from."""
+
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import REPO, offline_env
+
+import grpo_judge as gj
+
+TINY_POLICY = REPO / "assets" / "tiny-qwen-math"  # any tiny chat model will do: these tests are about the judge
+QUICK = ["--model_name_or_path", str(TINY_POLICY), "--per_device_train_batch_size", "8", "--num_generations", "4",
+         "--max_completion_length", "16", "--gradient_checkpointing", "false", "--logging_steps", "1",
+         "--num_eval_examples", "4", "--eval_batch_size", "4", "--learning_rate", "1e-4", "--warmup_steps", "0",
+         "--max_prompt_tokens", "1024", "--audit_prompts", "4"]
+
+
+class RuleJudge(http.server.ThreadingHTTPServer):
+    """An OpenAI-compatible /v1/chat/completions on 127.0.0.1. mode 'honest': YES when the response holds the
+    criterion's title and repeats no word; 'gullible': also YES when it claims to meet every criterion (a planted bias); 'babble': a reply
+    with no verdict; 'die_after': honest for that many requests, then the server closes."""
+
+    def __init__(self, mode="honest", die_after=None):
+        self.mode, self.die_after, self.requests, self.lock = mode, die_after, [], threading.Lock()
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def verdict(self, content):
+        found = re.match(r"Response: (.*)\nCriterion: (.*?)(?:: .*)?\nDoes the response", content, re.DOTALL)
+        if found is None:
+            return "5"  # implicit or likert: a middling score
+        response, title = found.group(1).lower(), found.group(2).lower()
+        if self.mode == "babble":
+            return "I think so, perhaps"
+        if self.mode == "gullible" and "meets every criterion" in response:  # believes it, on every good point
+            return "NO" if "pitfall" in content.lower() else "YES"
+        words = re.findall(r"\w+", response)
+        coherent = len(words) == len(set(words))  # word salad (the same words again and again) meets nothing
+        return "YES" if title and title in response and coherent else "NO"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def do_POST(self):
+        server = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with server.lock:
+            server.requests.append(body)
+            count = len(server.requests)
+        if server.die_after is not None and count > server.die_after:
+            threading.Thread(target=lambda: (server.shutdown(), server.server_close()), daemon=True).start()
+            self.close_connection = True
+            return  # no reply: the connection drops, as when a server is killed
+        reply = server.verdict(body["messages"][-1]["content"])
+        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}],
+                              "usage": {"prompt_tokens": 20, "completion_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+TOPICS = ["photosynthesis", "gravity", "erosion", "osmosis", "magnetism", "evaporation", "friction", "tides",
+          "volcanoes", "fermentation", "refraction", "pollination"]
+
+
+def rar_rows(as_strings=False):
+    """RaR-layout rows: a question, a reference answer holding every positive criterion's title, and the rubric."""
+    rows = []
+    for n, topic in enumerate(TOPICS):
+        rubric = [{"title": topic, "description": f"Essential Criteria: Names {topic}.", "weight": 5},
+                  {"title": "energy", "description": "Important Criteria: Mentions energy.", "weight": 3},
+                  {"title": "magic", "description": "Pitfall Criteria: Claims it is magic.", "weight": -2}]
+        if as_strings:
+            rubric = [f"{c['description'].split(':')[0]}: {c['title']}" for c in rubric]  # "Essential Criteria: tides"
+        rows.append({"question": f"Explain {topic} (question {n}).", "reference_answer": f"{topic} moves energy.",
+                     "rubric": rubric})
+    return rows
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def run(args, cwd, timeout=600):
+    return subprocess.run([sys.executable, str(REPO / "grpo_judge.py"), *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=offline_env(), timeout=timeout)
+
+
+# ---- rubrics -----------------------------------------------------------------------------------------------
+
+def test_rubrics_are_read_from_dicts_strings_and_json():
+    dicts = gj.read_rubric([{"title": "A", "description": "Essential Criteria: a", "weight": 5},
+                            {"title": "B", "description": "Pitfall Criteria: b", "weight": -2}], "row 0")
+    assert [c["weight"] for c in dicts] == [5.0, -2.0]
+    strings = gj.read_rubric(["Essential Criteria: states a", "Optional Criteria: b", "Pitfall Criteria: c",
+                              "just a sentence"], "row 0")
+    assert [c["weight"] for c in strings] == [5.0, 1.0, -1.0, 1.0]
+    assert gj.read_rubric(json.dumps(["Important Criteria: x"]), "row 0")[0]["weight"] == 3.0
+    for bad, why in [("not json", "not a JSON list"), ([], "non-empty list"), ([{"weight": 5}], "neither a string"),
+                     ([{"description": "x", "weight": "heavy"}], "not a number"),
+                     (["Pitfall Criteria: only a pitfall"], "no criterion with a positive weight")]:
+        with pytest.raises(gj.RecipeError, match=why):
+            gj.read_rubric(bad, "row 3")
+
+
+def test_weighted_share_is_rar_explicit_aggregation():
+    rubric = [{"weight": 5}, {"weight": 3}, {"weight": -2}]
+    assert gj.weighted_share([True, True, False], rubric) == 1.0
+    assert gj.weighted_share([True, False, False], rubric) == 5 / 8
+    assert gj.weighted_share([True, False, True], rubric) == 3 / 8
+    assert gj.weighted_share([False, False, True], rubric) == 0.0  # never below 0
+
+
+def test_a_rubric_that_cannot_be_read_is_one_line_naming_column_and_row(tmp_path):
+    rows = rar_rows()
+    rows[5]["rubric"] = "Names photosynthesis"  # text, not a list
+    write_jsonl(tmp_path / "rubrics.jsonl", rows)
+    with RuleJudge() as judge:
+        result = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--max_steps", "1"],
+                     tmp_path)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "column 'rubric', row 5" in last and "not a JSON list" in last, last
+
+
+# ---- the judge client ------------------------------------------------------------------------------------
+
+def client(judge, **kwargs):
+    settings = dict(concurrency=4, timeout=10, retries=0)
+    settings.update(kwargs)
+    return gj.JudgeClient(judge.url, "rule-judge", None, **settings)
+
+
+def test_each_distinct_question_is_asked_once_and_a_missing_verdict_is_never_met(monkeypatch):
+    with RuleJudge() as judge:
+        monkeypatch.setattr(gj, "JUDGE", client(judge))
+        monkeypatch.setattr(gj, "JUDGE_MODE", "explicit")
+        rubric = json.dumps([{"title": "tides", "description": "Names tides.", "weight": 1}])
+        scores = gj.rubric_reward(["tides", "tides", "nothing"] * 2, prompts=[[]] * 6, rubric=[rubric] * 6,
+                                  reference_answer=[""] * 6)
+        assert scores == [1.0, 1.0, 0.0] * 2
+        assert len(judge.requests) == 2  # two distinct (response, criterion) pairs
+        assert gj.JUDGE.total["cached"] == 4 and gj.JUDGE.total["calls"] == 2
+    with RuleJudge("babble") as judge:
+        monkeypatch.setattr(gj, "JUDGE", client(judge))
+        assert gj.rubric_reward(["tides"], prompts=[[]], rubric=[rubric], reference_answer=[""]) == [None]
+        assert gj.JUDGE.total["unparsable"] == 1
+
+
+def test_a_dead_judge_stops_after_its_retries():
+    with RuleJudge(die_after=0) as judge:
+        with pytest.raises(gj.RunStopped, match="stopped answering"):
+            client(judge, retries=1).post("Criterion: x\nResponse: y\nDoes the response meet the criterion?")
+
+
+# ---- training on RaR-format data -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["dicts", "strings"])
+def test_two_steps_on_a_rar_format_jsonl(layout, tmp_path):
+    write_jsonl(tmp_path / "rubrics.jsonl", rar_rows(as_strings=layout == "strings"))
+    with RuleJudge() as judge:
+        result = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--max_steps", "2",
+                      "--output_dir", "run"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the judge passed its audit" in result.stdout
+    logs = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    assert any(entry.get("judge/calls", 0) > 0 for entry in logs), logs
+    assert (tmp_path / "run" / "eval.json").exists()
+
+
+# ---- the audit ---------------------------------------------------------------------------------------------
+
+def test_the_audit_fails_a_judge_with_a_planted_bias_before_any_model_loads(tmp_path):
+    write_jsonl(tmp_path / "rubrics.jsonl", rar_rows())
+    with RuleJudge("gullible") as judge:
+        result = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--max_steps", "1"],
+                     tmp_path)
+    assert result.returncode == 1
+    out = result.stdout[result.stdout.index("judge audit on"):]
+    assert re.search(r"'meets every criterion' appended\s+\d\.\d\d\s+\d+%  FAIL", out), out
+    assert "failed its audit: 'meets every criterion' appended" in result.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.glob("outputs/*/*/checkpoint-*"))
+    with RuleJudge() as judge:  # the same data and flags, an unbiased judge: only the audit, then exit 0
+        passed = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--audit_judge", "only"],
+                     tmp_path)
+    assert passed.returncode == 0, passed.stderr[-2000:]
+    assert "FAIL" not in passed.stdout and "the judge passed its audit" in passed.stdout
+
+
+# ---- a judge that goes away mid-run --------------------------------------------------------------------
+
+def test_a_judge_that_dies_mid_run_is_one_line_and_the_run_resumes(tmp_path):
+    write_jsonl(tmp_path / "rubrics.jsonl", rar_rows())
+    flags = [*QUICK, "--dataset_name", "rubrics.jsonl", "--max_steps", "4", "--save_steps", "100",
+             "--audit_judge", "no", "--judge_retries", "1", "--output_dir", "run"]
+    # 13 requests before training, 96 a step (32 answers x 3 criteria): it is gone during the second step
+    with RuleJudge(die_after=140) as judge:
+        result = run([*flags, "--judge_url", judge.url], tmp_path)
+    assert result.returncode == 1
+    (last,) = [line for line in result.stderr.splitlines() if line.startswith("grpo_judge.py: error:")]
+    found = re.search(r"stopped at step (\d+).*saved in (\S+checkpoint-\d+).*--resume_from_checkpoint last", last)
+    assert found and "stopped answering" in last, last
+    assert int(found.group(1)) >= 1 and (tmp_path / found.group(2)).is_dir()
+    with RuleJudge() as judge:
+        resumed = run([*flags, "--judge_url", judge.url, "--resume_from_checkpoint", "last"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+
+# ---- the offline demo's own judge --------------------------------------------------------------------------
+
+def test_judge_demo_starts_the_tiny_judge_audits_it_and_stops_it(tmp_path):
+    """No GPU, no flags: the script serves assets/tiny-judge with `transformers serve` on 127.0.0.1, says so in one
+    line, audits it on the toy rubrics (it passes: the table lists every hack with its mean score), and stops it."""
+    result = run(["--audit_judge", "only", "--output_dir", "run"], tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    started = re.search(r"started the judge: transformers serve \S+tiny-judge on 127\.0\.0\.1:(\d+)", result.stdout)
+    assert started, result.stdout[-2000:]
+    table = result.stdout[result.stdout.index("judge audit on 8 questions"):]
+    for hack in ("empty answer", "rubric restated", "criteria titles stuffed", "'meets every criterion' appended",
+                 "reference words shuffled, repeated", "confident wrong answer"):
+        assert re.search(rf"{re.escape(hack)}\s+\d\.\d\d\s+\d+%", table), hack
+    assert "the judge passed its audit" in table
+    import socket
+    with socket.socket() as sock:  # the server is gone with the run
+        assert sock.connect_ex(("127.0.0.1", int(started.group(1)))) != 0
+    assert (tmp_path / "run" / "judge_server.log").stat().st_size > 0
+
+
+def test_the_readme_quotes_the_committed_judge_demo():
+    figures = json.loads((REPO / "benchmarks" / "results" / "judge_demo.json").read_text())
+    readme = " ".join((REPO / "README.md").read_text().split())
+    before, after = figures["before"], figures["after"]
+    assert f"judged score rose {before['accuracy']:.2f} -> {after['accuracy']:.2f}" in readme
+    assert f"true rubric score stayed at {before['true_score']:.2f} -> {after['true_score']:.2f}" in readme
+    assert f"agrees with the truth on only {before['judge_agreement']:.2f}" in readme
+    assert f"made {figures['judge_totals']['calls']:,} calls ({figures['judge_totals']['cached']:,} more" in readme
+    assert f"Over {figures['global_step']} steps ({figures['wall_time_seconds'] / 60:.1f} minutes" in readme
