@@ -209,17 +209,29 @@ def test_the_audit_fails_a_judge_with_a_planted_bias_before_any_model_loads(tmp_
 # ---- a judge that goes away mid-run --------------------------------------------------------------------
 
 def test_a_judge_that_dies_mid_run_is_one_line_and_the_run_resumes(tmp_path):
+    """The judge is shut down once the first step's checkpoint is written: the run ends in one line with the step,
+    the checkpoint it saved and the command that resumes; resumed with a judge back, it finishes."""
+    import time
+
     write_jsonl(tmp_path / "rubrics.jsonl", rar_rows())
-    flags = [*QUICK, "--dataset_name", "rubrics.jsonl", "--max_steps", "4", "--save_steps", "100",
-             "--audit_judge", "no", "--judge_retries", "1", "--output_dir", "run"]
-    # 13 requests before training, 96 a step (32 answers x 3 criteria): it is gone during the second step
-    with RuleJudge(die_after=140) as judge:
-        result = run([*flags, "--judge_url", judge.url], tmp_path)
-    assert result.returncode == 1
-    (last,) = [line for line in result.stderr.splitlines() if line.startswith("grpo_judge.py: error:")]
+    flags = [*QUICK, "--dataset_name", "rubrics.jsonl", "--max_steps", "4", "--save_steps", "1",
+             "--audit_judge", "no", "--judge_retries", "1", "--output_dir", "run", "--temperature", "1.5"]
+    with RuleJudge() as judge:
+        process = subprocess.Popen([sys.executable, str(REPO / "grpo_judge.py"), *flags, "--judge_url", judge.url],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                   env=offline_env())
+        deadline = time.monotonic() + 600
+        while not (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").exists() and process.poll() is None:
+            assert time.monotonic() < deadline, "no first checkpoint within 600 s"
+            time.sleep(0.2)
+        judge.shutdown()
+        judge.server_close()  # as a killed server: connections refused from now on
+        stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1, stderr[-2000:]
+    (last,) = [line for line in stderr.splitlines() if line.startswith("grpo_judge.py: error:")]
     found = re.search(r"stopped at step (\d+).*saved in (\S+checkpoint-\d+).*--resume_from_checkpoint last", last)
     assert found and "stopped answering" in last, last
-    assert int(found.group(1)) >= 1 and (tmp_path / found.group(2)).is_dir()
+    assert int(found.group(1)) >= 1 and (tmp_path / found.group(2) / "optimizer.pt").is_file()
     with RuleJudge() as judge:
         resumed = run([*flags, "--judge_url", judge.url, "--resume_from_checkpoint", "last"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -155,7 +155,8 @@ def test_the_hack_battery_reports_a_hack_the_edited_rubric_pays_for(math_run, tm
     fork = tmp_path / "my_grpo_math.py"
     fork.write_text((REPO / "grpo_math.py").read_text().replace(
         "\n# %% [markdown]\n# ## Training\n",
-        "\nRUBRIC = [(lenient_format_reward, 1.0), (numeric_answer_reward, 1.0)]\n\n# %% [markdown]\n# ## Training\n", 1))
+        "\nRUBRIC = [(lenient_format_reward, 1.0), (numeric_answer_reward, 1.0)]\n\n# %% [markdown]\n# ## Training\n", 1)
+        .replace('OUTCOME_REWARD = "correctness_reward"', 'OUTCOME_REWARD = "numeric_answer_reward"', 1))
     for module in ("rewards.py", "instruments.py"):
         (tmp_path / module).write_text((REPO / module).read_text())
     result = replay_with(fork, math_run)
