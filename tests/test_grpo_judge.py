@@ -36,6 +36,10 @@ class RuleJudge(http.server.ThreadingHTTPServer):
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
+    def __exit__(self, *exc):  # stop serving before closing: a loop left on a closed socket would serve its reuse
+        self.shutdown()
+        self.server_close()
+
     def verdict(self, content):
         found = re.match(r"Response: (.*)\nCriterion: (.*?)(?:: .*)?\nDoes the response", content, re.DOTALL)
         if found is None:
