@@ -120,7 +120,6 @@ def test_evaluate_and_the_filter_grade_with_the_outcome_reward(tmp_path, monkeyp
     """A fork that changes the outcome reward alone changes what load_data keeps and what evaluate calls right:
     here a reward that grades only even golds, and pays any answer."""
     import grpo_tools as gt
-    from conftest import FAST_RUN  # noqa: F401  (the math flags; the tool script's own are below)
 
     def even_only(completions, answer, **kwargs):
         return [None if gt.gold_number(gold) % 2 else 1.0 for gold in answer]
