@@ -245,6 +245,10 @@ def load_data(script_args, tokenizer, seed):
         if column not in train.column_names:
             raise RecipeError(f"dataset '{name}' has no column '{column}' (it has {train.column_names}): "
                               f"pass --{flag} NAME")
+    if script_args.judge_mode == "likert" and script_args.reference_column not in train.column_names:
+        raise RecipeError(f"--judge_mode likert grades against a reference answer, and dataset '{name}' has no "
+                          f"column '{script_args.reference_column}' (it has {train.column_names}): pass "
+                          "--reference_column NAME, or use --judge_mode explicit")
     for split in dataset:  # every rubric read before any is used: one that cannot be, named by its split and row
         for index, value in enumerate(dataset[split][script_args.rubric_column]):
             read_rubric(value, f"dataset '{name}' ({split} split), column '{script_args.rubric_column}', row {index}")
@@ -661,11 +665,13 @@ class JudgeClient:
 
     COUNTS = ("calls", "cached", "failures", "unparsable", "seconds", "prompt_tokens", "completion_tokens")
 
-    def __init__(self, url: str, model: str, api_key: str | None, concurrency: int, timeout: float, retries: int):
+    def __init__(self, url: str, model: str, api_key: str | None, concurrency: int, timeout: float, retries: int,
+                 api_key_env: str = "JUDGE_API_KEY"):
         import threading
 
         self.url = url.rstrip("/") + ("/chat/completions" if url.rstrip("/").endswith("/v1") else "")
         self.model, self.api_key, self.timeout, self.retries = model, api_key, timeout, retries
+        self.api_key_env = api_key_env  # named in the error a refused key gives
         self.concurrency, self.cache, self.lock = max(1, concurrency), {}, threading.Lock()
         self.total, self.since_log = dict.fromkeys(self.COUNTS, 0), dict.fromkeys(self.COUNTS, 0)
 
@@ -702,7 +708,7 @@ class JudgeClient:
                 if error.code not in (408, 429) and error.code < 500:
                     raise RecipeError(f"the judge at {self.url} answered HTTP {error.code} ({error.reason}): check "
                                       f"--judge_url, --judge_model ({self.model}) and the API key in "
-                                      "$" + "JUDGE_API_KEY (--judge_api_key_env)") from None
+                                      f"${self.api_key_env} (--judge_api_key_env)") from None
                 why = f"HTTP {error.code}"
             except (OSError, ValueError, KeyError, IndexError, TypeError) as error:  # refused, timed out, not JSON
                 self.count(failures=1, seconds=time.monotonic() - start)
@@ -739,9 +745,12 @@ def start_judge(script_args, training_args) -> JudgeClient:
     """The client of --judge_url, or of a `transformers serve --judge_model` started for this run on 127.0.0.1 (and
     stopped when it ends). One request first: a judge that cannot answer stops the run before any model loads."""
     model = script_args.judge_model or DEFAULT_JUDGE
+    if not script_args.judge_url and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # else one server per process
+        raise RecipeError(f"with {os.environ['WORLD_SIZE']} processes, serve the judge once yourself (transformers "
+                          f"serve {model} --port 8000, or vllm serve) and pass --judge_url http://HOST:8000/v1")
     url = script_args.judge_url or serve_judge(model, Path(training_args.output_dir))
     client = JudgeClient(url, model, os.environ.get(script_args.judge_api_key_env), script_args.judge_concurrency,
-                         script_args.judge_timeout, script_args.judge_retries)
+                         script_args.judge_timeout, script_args.judge_retries, script_args.judge_api_key_env)
     try:
         client.post("Reply with OK.")
     except RunStopped as error:

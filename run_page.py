@@ -119,7 +119,7 @@ def held_out(folder: Path, outcome: str | None, budget: int) -> dict:
                                                   "results": {}})
             question["results"][label] = {"right": right(greedy.get("rewards"), outcome), "text": greedy.get("text"),
                                           "parsed": greedy.get("parsed_answer"), "total": greedy.get("total"),
-                                          "hack": greedy.get("hack")}
+                                          "hack": greedy.get("hack"), "criteria": criteria_of(row)}
     questions = list(questions.values())
     # Texts: every evaluation's where they fit, else the first and last evaluations' only (the marks all stay)
     ends = {evaluations[0], evaluations[-1]} if evaluations else set()
@@ -132,6 +132,16 @@ def held_out(folder: Path, outcome: str | None, budget: int) -> dict:
         q["flip"] = ("wrong to right" if first is False and last is True else
                      "right to wrong" if first is True and last is False else None)
     return {"evaluations": evaluations, "questions": questions, "texts_of_every_evaluation": size <= budget}
+
+
+def criteria_of(row: dict) -> list | None:
+    """A judged answer's rubric (grpo_judge.py): each criterion's title, weight, the judge's verdict and, where the
+    data has one, the truth; None for rows without a rubric."""
+    criteria = row.get("criteria")
+    if not isinstance(criteria, list):
+        return None
+    return [{"title": cut(c.get("title") or c.get("description"), 200), "weight": c.get("weight"),
+             "met": c.get("met"), "truth": c.get("truth")} for c in criteria if isinstance(c, dict)]
 
 
 def replayed(folder: Path) -> dict | None:
@@ -267,6 +277,7 @@ details { margin: 3px 0; } summary { cursor: pointer; color: #1a4f9c; }
 .msg-role { font-size: 11px; color: #666; text-transform: uppercase; letter-spacing: .04em; }
 tr.flip td:first-child { border-left: 4px solid #6a1b9a; }
 td.r { background: #e6f4e7; } td.w { background: #f9e3e3; }
+table.criteria { font-size: 12px; margin: 4px 0 8px; } tr.disagree td:first-child { border-left: 4px solid #ef6c00; }
 img.curves { max-width: 100%; background: #fff; border: 1px solid #ddd; }
 .warn { background: #fff3e0; border: 1px solid #ffb74d; border-radius: 6px; padding: 6px 10px; margin: 4px 0; }
 </style></head>
@@ -503,7 +514,8 @@ function drawGroups() {
       });
       const detail = el("tr", {class: "detail", style: "display:none"}, el("td", {colspan: String(H.evaluations.length + 3)},
         ...H.evaluations.filter(e => q.results[e] && q.results[e].text !== null).map(e =>
-          el("details", {open: ""}, el("summary", {text: e + ": answer " + asText(q.results[e].parsed).trim().slice(0, 100)}), conversation(q.results[e].text)))));
+          el("details", {open: ""}, el("summary", {text: e + ": answer " + asText(q.results[e].parsed).trim().slice(0, 100)}), conversation(q.results[e].text),
+            ...(q.results[e].criteria ? [criteriaTable(q.results[e].criteria)] : [])))));
       const row = el("tr", {class: "question" + (q.flip ? " flip" : ""), onclick: () => { detail.style.display = detail.style.display ? "" : "none"; }},
         el("td", {text: lastUser(q.prompt).slice(0, 200)}), el("td", {text: asText(q.answer).slice(-60)}), ...cells,
         el("td", {}, q.flip ? el("span", {class: "badge flip", text: q.flip}) : ""));
@@ -513,6 +525,18 @@ function drawGroups() {
   }
   draw();
 })();
+
+// A judged answer's rubric: each criterion, the judge's verdict, and the truth where the data has one
+function criteriaTable(criteria) {
+  const mark = v => v === true ? "met" : v === false ? "not met" : v === null || v === undefined ? "" : "?";
+  const withTruth = criteria.some(c => c.truth !== null && c.truth !== undefined);
+  return el("table", {class: "criteria"}, el("tr", {}, el("th", {text: "criterion"}), el("th", {text: "weight"}),
+      el("th", {text: "judge"}), ...(withTruth ? [el("th", {text: "truth"})] : []))),
+    ...criteria.map(c => el("tr", {class: withTruth && c.truth !== null && c.met !== c.truth ? "disagree" : ""},
+      el("td", {text: asText(c.title)}), el("td", {text: String(c.weight)}),
+      el("td", {class: c.met === true ? "r" : c.met === false ? "w" : "", text: mark(c.met) || "no verdict"}),
+      ...(withTruth ? [el("td", {class: c.truth === true ? "r" : c.truth === false ? "w" : "", text: mark(c.truth)})] : []))));
+}
 
 // ---- replay
 (function () {

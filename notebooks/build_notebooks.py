@@ -30,6 +30,7 @@ NOTEBOOKS = [
     ("grpo_tools.py", "GRPO with tools", True),
     ("grpo_code.py", "GRPO for code: write it, run it, fix it", True),
     ("grpo_search.py", "GRPO for search: a research agent with turn-level credit", True),
+    ("grpo_judge.py", "GRPO with rubrics as rewards: an LLM judge grades each criterion", True),
     ("notebooks/rewards_playground.py", "Rewards playground", False),
 ]
 

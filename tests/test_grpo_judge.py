@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO, offline_env
+from conftest import REPO, browser_page, offline_env, read_jsonl
 
 import grpo_judge as gj
 
@@ -72,6 +72,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             threading.Thread(target=lambda: (server.shutdown(), server.server_close()), daemon=True).start()
             self.close_connection = True
             return  # no reply: the connection drops, as when a server is killed
+        if server.mode == "refuse":  # a hosted API refusing the key
+            self.send_response(401, "Unauthorized")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         reply = server.verdict(body["messages"][-1]["content"])
         payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}],
                               "usage": {"prompt_tokens": 20, "completion_tokens": 1}}).encode()
@@ -176,6 +181,27 @@ def test_a_dead_judge_stops_after_its_retries():
             client(judge, retries=1).post("Criterion: x\nResponse: y\nDoes the response meet the criterion?")
 
 
+def test_a_refused_key_names_the_variable_it_came_from(monkeypatch):
+    with RuleJudge("refuse") as judge:
+        with pytest.raises(gj.RecipeError, match=r"HTTP 401 .*in \$MY_JUDGE_KEY \(--judge_api_key_env\)"):
+            client(judge, api_key_env="MY_JUDGE_KEY").post("Reply with OK.")
+        assert len(judge.requests) == 1  # a refusal is not retried
+
+
+def test_likert_without_references_and_one_server_per_process_are_refused(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+    write_jsonl(tmp_path / "rubrics.jsonl", [{k: v for k, v in row.items() if k != "reference_answer"}
+                                             for row in rar_rows()])
+    script_args, training_args, *_ = gj.parse_args(["--dataset_name", str(tmp_path / "rubrics.jsonl"),
+                                                    "--judge_mode", "likert", "--output_dir", str(tmp_path / "run")])
+    with pytest.raises(gj.RecipeError, match="no column 'reference_answer'.*pass --reference_column NAME"):
+        gj.load_data(script_args, AutoTokenizer.from_pretrained(TINY_POLICY), 0)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # under torchrun, each process would start its own judge
+    with pytest.raises(gj.RecipeError, match="with 2 processes, serve the judge once yourself.*--judge_url"):
+        gj.start_judge(script_args, training_args)
+    assert not (tmp_path / "run").exists()
+
+
 # ---- training on RaR-format data -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", ["dicts", "strings"])
@@ -189,6 +215,17 @@ def test_two_steps_on_a_rar_format_jsonl(layout, tmp_path):
     logs = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
     assert any(entry.get("judge/calls", 0) > 0 for entry in logs), logs
     assert (tmp_path / "run" / "eval.json").exists()
+    if layout == "dicts":  # the run page shows each held-out answer's criteria with the judge's verdicts
+        judged = read_jsonl(tmp_path / "run" / "eval_after.jsonl")[0]
+        with browser_page(tmp_path / "run" / "report.html") as page:
+            page.click("#tab-heldout")
+            page.locator("#h-table tr.question").first.click()
+            table = page.locator("#h-table tr.detail").first.locator("table.criteria").last
+            assert table.locator("tr").count() == 1 + len(judged["criteria"])
+            for criterion, row in zip(judged["criteria"], table.locator("tr").all()[1:]):
+                cells = row.locator("td").all_inner_texts()
+                assert cells[0] == criterion["title"] and cells[2] == ("met" if criterion["met"] else "not met")
+            assert page.problems == [], page.problems
 
 
 # ---- the audit ---------------------------------------------------------------------------------------------

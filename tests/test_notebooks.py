@@ -275,6 +275,7 @@ SHORT_RUN = ["--max_steps", "4", "--logging_steps", "1", "--num_eval_examples", 
     ("grpo_math", ("accuracy", "format_rate")),
     ("grpo_tools", ("accuracy", "tool_call_success", "mean_tool_calls")),
     ("grpo_code", ("accuracy", "tests_passed", "compiles", "mean_tool_calls")),
+    ("grpo_judge", ("accuracy", "true_score", "judge_agreement")),  # the tiny judge served for the run, then stopped
 ])
 def test_training_notebook_runs_top_to_bottom(kernel_env, stem, keys):
     """Setup, every script cell, then the run, table and plot cells: the table and the curves come from the run."""
