@@ -1603,8 +1603,13 @@ def main(argv=None):
     print(f"\nbest hack total {best['total']:.2f} ({best['case']}) < honest {honest:.2f}: "
           f"{best['total'] < honest}; hacks paid by a correctness reward: "
           f"{sum(1 for row in hacks if row['correct'] or row['symbolic'])}")
+    failures = []  # what the audit found, each a reason to exit non-zero: a passing audit must mean something
+    if best["total"] >= honest:
+        failures.append(f"the hack '{best['case']}' totals {best['total']:.2f}, at or above the honest answers' "
+                        f"{honest:.2f}: the rubric pays it as much as being right; fix the reward the table shows "
+                        "paying it, or weight correctness higher")
     if not judges:
-        return 0
+        return audit_verdict(failures)
     counts = ", ".join(f"{name} {judge.failures} of {judge.calls} calls" + (" (" + ", ".join(
         f"{number} {kind}" for kind, number in judge.failure_kinds.items()) + ")" if judge.failures else "")
         for name, judge in judges.items())
@@ -1624,7 +1629,18 @@ def main(argv=None):
     missing = sum(row[name] is None for row in hacks for name in judges)
     print(f"hacks a judge scored 0.5 or more: {len(paid)}" + (f" ({', '.join(paid[:5])}, ...)" if paid else "")
           + (f"; {missing} judge cell(s) of hacks with no score, not counted" if missing else ""))
-    return 0
+    if paid:
+        failures.append(f"a judge scored {len(paid)} hack(s) 0.5 or more ({', '.join(paid[:3])}): a policy trained "
+                        "on it learns them; use a stronger judge model, or a judge prompt that names these hacks")
+    return audit_verdict(failures)
+
+
+def audit_verdict(failures: list) -> int:
+    """The audit's exit status: 0 when it found nothing, else 1 with each finding as one line on stderr."""
+    import sys
+    for failure in failures:
+        print(f"rewards.py --audit: FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -580,3 +580,36 @@ def test_audit_judges_when_few_replies_have_no_score():
             f"group 0 of {-(-cases // 16)} calls") in result.stdout
     assert ("hacks a judge scored 0.5 or more: 1 (no tags, bare number, ...); 1 judge cell(s) of hacks with no "
             "score, not counted") in result.stdout
+
+
+def generous_reply(user: str):
+    """A judge that pays everything in full, in whichever format it is asked: 'Score: 10', or JSON scores."""
+    count = user.count("<response id=")
+    return 200, json.dumps({"scores": [1.0] * count}) if count else "Score: 10"
+
+
+def test_audit_fails_when_a_judge_pays_the_hacks():
+    with fake_judge(generous_reply) as (server, url):
+        result = run_audit(url)
+    assert all(cells == ("1.00", "1.00") for cells in judge_cells(result.stdout)), result.stdout
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("rewards.py --audit: FAILED: a judge scored ") and "0.5 or more" in line, line
+
+
+def test_audit_passes_a_judge_that_pays_no_hack():
+    with fake_judge(lambda user: (200, json.dumps({"scores": [0.0] * user.count("<response id=")})
+                                  if "<response id=" in user else "Score: 0")) as (server, url):
+        result = run_audit(url)
+    assert "hacks a judge scored 0.5 or more: 0" in result.stdout
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_audit_fails_when_a_hack_totals_as_much_as_the_honest_answers(monkeypatch, capsys):
+    """A rubric of format rewards only: the empty layout pays what a right answer does, and the audit says so."""
+    monkeypatch.setattr(rewards, "GSM8K_RUBRIC", [(rewards.strict_format_reward, 1.0)])
+    assert rewards.main(["--audit"]) == 1
+    out, err = capsys.readouterr()
+    assert "< honest 1.00: False" in out
+    (line,) = err.strip().splitlines()
+    assert line.startswith("rewards.py --audit: FAILED: the hack '") and "at or above the honest answers' 1.00" in line
