@@ -726,6 +726,12 @@ def parse_args(argv=None):
         print(f"No CUDA GPU and no --model_name_or_path: the offline demo's model {model_args.model_name_or_path}, "
               f"data {data}{toy}. Pass --model_name_or_path {DEFAULT_MODEL} to train a real model.")
     model_args.model_name_or_path = model_args.model_name_or_path or DEFAULT_MODEL
+    if model_args.use_peft and model_args.lora_r < 1:
+        raise RecipeError(f"--lora_r {model_args.lora_r}: a LoRA adapter needs a rank of 1 or more: pass --lora_r 16 "
+                          "(a usual rank), or leave out --use_peft")
+    if training_args.max_steps == 0:  # TRL would train one step anyway, and save it
+        raise RecipeError("--max_steps 0 trains nothing: pass --max_steps 1 or more, or --eval_only to evaluate "
+                          "the model without training it")
     if script_args.dataset_name is None:
         script_args.dataset_name, script_args.dataset_config = DEFAULT_DATASET
     return parsed
@@ -781,6 +787,9 @@ def load_tokenizer(model_args, training_args):
     from transformers import AutoTokenizer
 
     name = model_args.model_name_or_path
+    if Path(name).is_dir() and not any((Path(name) / f).exists() for f in ("config.json", "adapter_config.json")):
+        raise RecipeError(f"--model_name_or_path {name} is a folder with no model in it (no config.json): pass a "
+                          "folder a run saved (its output folder, or a checkpoint-N in it) or a Hub id")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, revision=model_args.model_revision,
                                                   trust_remote_code=training_args.trust_remote_code)
@@ -811,6 +820,25 @@ def read_dataset(name: str, config, flag: str = "--dataset_name"):
     except (ConnectionError, OSError, ValueError) as error:  # no such file or config, no network, an unknown format
         raise RecipeError(f"cannot load dataset '{name}' ({str(error).splitlines()[0][:150]}): check the id or path "
                           f"given to {flag} and your network, or pass a local file, e.g. {flag} data.jsonl") from None
+    except Exception as error:  # datasets' DatasetGenerationError: a file it found but could not parse
+        if type(error).__name__ != "DatasetGenerationError":
+            raise
+        raise RecipeError(f"cannot read dataset '{name}': {first_bad_json_line(path) or str(error).splitlines()[0]}"
+                          ": fix or remove that line") from None
+
+
+def first_bad_json_line(path: Path) -> str | None:
+    """'FILE, line N is not JSON (...)' for the first such line of a .jsonl file (or of one in a folder); None."""
+    for file in [path] if path.is_file() else sorted(path.rglob("*.jsonl")) if path.is_dir() else []:
+        if not file.name.endswith(".jsonl"):
+            continue
+        with open(file, encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                try:
+                    line.strip() and json.loads(line)
+                except ValueError as error:
+                    return f"{file}, line {number} is not JSON ({error.msg}: {line.strip()[:40]!r})"
+    return None
 
 
 def split_of(dataset, split: str, name: str, flag: str):
@@ -942,6 +970,13 @@ def main(argv=None):
     tokenizer = load_tokenizer(model_args, training_args)
     # grpo_search.py's load_data also returns the corpus, which its build_trainer indexes
     train_dataset, eval_dataset, *recipe_data = load_data(script_args, tokenizer, training_args.seed)
+    args, prompts = training_args, len(train_dataset)
+    per_batch = args.generation_batch_size // args.num_generations  # prompts one generation batch takes
+    if not script_args.eval_only and prompts < per_batch:  # TRL would train 0 steps, and end as if it had trained
+        fits = prompts * args.num_generations * args.per_device_train_batch_size // args.generation_batch_size
+        raise RecipeError(f"{prompts} training prompts, fewer than one generation batch takes ({per_batch}: "
+                          f"{args.generation_batch_size} completions / --num_generations {args.num_generations}): "
+                          f"add prompts, or lower --per_device_train_batch_size to {fits} or less")
     training_args.reward_weights = training_args.reward_weights or [weight for _, weight in RUBRIC]
     rewards = [func for func, _ in RUBRIC]
     if run:  # the first reward also prints samples and logs the rows' columns; --skip_zero_signal's prompt index

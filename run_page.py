@@ -531,7 +531,7 @@ function criteriaTable(criteria) {
   const mark = v => v === true ? "met" : v === false ? "not met" : v === null || v === undefined ? "" : "?";
   const withTruth = criteria.some(c => c.truth !== null && c.truth !== undefined);
   return el("table", {class: "criteria"}, el("tr", {}, el("th", {text: "criterion"}), el("th", {text: "weight"}),
-      el("th", {text: "judge"}), ...(withTruth ? [el("th", {text: "truth"})] : []))),
+      el("th", {text: "judge"}), ...(withTruth ? [el("th", {text: "truth"})] : [])),
     ...criteria.map(c => el("tr", {class: withTruth && c.truth !== null && c.met !== c.truth ? "disagree" : ""},
       el("td", {text: asText(c.title)}), el("td", {text: String(c.weight)}),
       el("td", {class: c.met === true ? "r" : c.met === false ? "w" : "", text: mark(c.met) || "no verdict"}),

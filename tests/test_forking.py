@@ -317,3 +317,27 @@ def test_the_readme_shelf_fork_replays_and_trains(tmp_path):
                          .read_text())["log_history"][0]
     for name in ("soft_overlong_penalty_reward", "repetition_penalty_reward", "cosine_scaled_correctness_reward"):
         assert f"rewards/{name}/mean" in metrics, sorted(metrics)
+
+
+@pytest.mark.parametrize("script", [*SCRIPTS, "grpo_judge.py"])
+def test_a_line_that_is_not_json_is_named_by_its_file_and_number(script, tmp_path):
+    """A blank line is fine (datasets skips it); a broken line is one error naming the file and the line, in place of
+    datasets' DatasetGenerationError and its traceback."""
+    module = importlib.import_module(script[:-3])
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "What is 2 + 2?", "answer": "4"}\n\n'
+                                      '{"question": "What is 3 + 3?", "answer": "6"\n')
+    for name in (data / "train.jsonl", data):  # the file, and the folder holding it
+        with pytest.raises(module.RecipeError, match=rf"{re.escape(str(data / 'train.jsonl'))}, line 3 is not JSON "
+                                                     r"\(Expecting ',' delimiter"):
+            module.read_dataset(str(name), None)
+
+
+def test_a_broken_jsonl_line_ends_the_run_in_one_line_before_any_model_loads(tmp_path):
+    (tmp_path / "data.jsonl").write_text('{"question": "What is 2 + 2?", "answer": "#### 4"}\nnot json at all\n')
+    result = run_script(["--dataset_name", "data.jsonl", "--output_dir", "run"], cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "data.jsonl, line 2 is not JSON" in last and "fix or remove that line" in last, last
+    assert not (tmp_path / "run").exists()
