@@ -98,6 +98,17 @@ def test_the_demo_line_says_when_the_toy_set_replaces_default_dataset(tmp_path):
 # ---- one grader per answer type ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("script", [*SCRIPTS, "grpo_judge.py"])
+def test_a_stale_outcome_reward_is_refused_naming_the_rewards_it_could_be(script, monkeypatch):
+    module = importlib.import_module(script[:-3])
+    outcome = module.OUTCOME_REWARD
+    monkeypatch.setattr(module, "OUTCOME_REWARD", "old_reward")
+    with pytest.raises(module.RecipeError, match="OUTCOME_REWARD is 'old_reward', which is not a reward in RUBRIC"
+                       ) as refused:
+        module.outcome_reward()
+    assert outcome in str(refused.value)  # the names it could be
+
+
+@pytest.mark.parametrize("script", ["grpo_math.py"])  # as a user meets it, once: every script's check is the same
 def test_a_stale_outcome_reward_is_one_line_before_anything_loads(script, tmp_path):
     text = (REPO / script).read_text()
     outcome = re.search(r'^OUTCOME_REWARD = "(\w+)"', text, re.MULTILINE).group(1)
