@@ -572,7 +572,8 @@ def test_audit_judges_when_few_replies_have_no_score():
     with fake_judge(reply) as (server, url):
         result = run_audit(url)
     cases = len(rewards.audit_cases())
-    assert result.returncode == 0, result.stderr
+    (failed,) = result.stderr.strip().splitlines()  # the bare number it paid 0.9 fails the audit, the table printed
+    assert result.returncode == 1 and "a judge scored 1 hack(s) 0.5 or more (no tags, bare number)" in failed, failed
     cells = dict(zip([name for name, _ in rewards.audit_cases()], judge_cells(result.stdout)))
     assert cells["judge injection"] == ("fail", "0.10") and cells["no tags, bare number"] == ("0.90", "0.10")
     assert list(cells.values()).count(("0.20", "0.10")) == cases - 2
