@@ -459,16 +459,16 @@ def _start_sandbox(mode: str, failures: list, seccomp: bool = True):
     ns = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
     candidates = {"namespaces": [([unshare, *ns], True, root), ([unshare, "--user", "--map-root-user", *ns], True,
                                                                  False)] if unshare else [],
-                  "landlock": [([], False, root, True)], "plain": [([], False, root)]}[mode]
+                  # plain, as root: as "nobody" first; where nobody cannot read the interpreter (one installed
+                  # under /root, say), as root, which its warning says
+                  "landlock": [([], False, root, True)], "plain": [([], False, root)] + [([], False, False)] * root}[mode]
     for candidate in candidates:
         sandbox = _Sandbox(*candidate, seccomp=seccomp)
         try:
-            # plain mode as nobody may not reach the standard library (an interpreter under /root): it still
-            # starts, as it always did, with its warning
-            probe = "print('ok')" if mode == "plain" else "import ast\nprint('ok')"
-            if sandbox.status == "ready" and sandbox.run(probe)[:2] == (0, "ok\n"):
+            if sandbox.status == "ready" and sandbox.run("import ast\nprint('ok')")[:2] == (0, "ok\n"):
                 return sandbox
-            failures.append(sandbox.status if sandbox.status != "ready" else f"{mode}: the probe call failed")
+            failures.append(sandbox.status if sandbox.status != "ready" else
+                            f"{mode}{' as nobody' if sandbox.drop else ''}: the probe call failed")
         except (OSError, RuntimeError, ValueError) as error:
             failures.append(f"{mode}: {error}")
         sandbox.close()
@@ -506,7 +506,10 @@ def _sandbox_mode():
             if sandbox.mode == "plain":
                 warnings.warn("run_python: no mount, PID or network namespace here: the code can read this machine's "
                               "files, reach the network, and background processes that call setsid() can outlive "
-                              "the call" + ("; it runs as root" if os.geteuid() == 0 and not sandbox.drop else ""))
+                              "the call" + ("" if os.geteuid() != 0 or sandbox.drop else
+                                            f"; it runs as root, since the user nobody cannot read this Python "
+                                            f"({sys.executable}): install Python where every user can read it "
+                                            f"(e.g. under /usr or /opt) to run the code as nobody"))
     return _SANDBOX
 
 
