@@ -32,7 +32,7 @@ Run it
     python grpo_code.py --max_steps 200                  # one GPU: Qwen2.5-0.5B-Instruct, MBPP -> HumanEval
     python grpo_code.py --use_peft --learning_rate 2e-5  # LoRA
     python grpo_code.py --dataset_name tasks.jsonl       # your own tasks: a prompt, an entry point, tests
-    python grpo_code.py --dataset_name tasks.jsonl --layout stdio  # programs and input/output pairs (README: layouts)
+    python grpo_code.py --dataset_name tasks.jsonl --layout stdio  # programs and input/output pairs (docs/grpo_code.md)
     python grpo_code.py --config my_run.yaml             # any flag, from a YAML file
     accelerate launch --config_file accelerate_configs/ddp.yaml --num_processes 4 grpo_code.py
         # 4 GPUs, data parallel; accelerate_configs/ has ZeRO-2, ZeRO-3 and FSDP files too
@@ -49,7 +49,7 @@ What to expect
     GPU (estimates): Qwen2.5-0.5B-Instruct solves a share of HumanEval from the start; training
     on MBPP raises pass@1 on HumanEval's hidden tests by a few points over a few hundred steps.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and
-every evaluated rollout in eval_*.jsonl (README: Watching a run).
+every evaluated rollout in eval_*.jsonl (docs/watching.md).
 
 How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one
 optimisation step per generation batch, a weighted rubric, tool results masked out of the loss).
@@ -117,12 +117,12 @@ class ScriptArguments:
     layout: str = arg("auto", "How tasks are solved and tested: 'function' (a function, asserts: HumanEval, MBPP), "
                               "'class' (class Solution with a method, tests call Solution().method: LeetCode), "
                               "'stdio' (a program reading stdin, tests are input/output pairs: CodeContests, APPS), "
-                              "or 'auto': from the columns (README: Task layouts).")
+                              "or 'auto': from the columns (docs/grpo_code.md: Task layouts).")
     prompt_column: str = arg(None, "Column with the task: code to complete (a signature and docstring) or a "
                                    "description. Default: 'prompt', else 'text' (class: 'query', 'question', ...).")
     tests_column: str = arg(None, "Column with the hidden tests: Python source (asserts, or a check(candidate) "
                                   "function as in HumanEval) or a list of assert lines; stdio: input/output pairs, "
-                                  "several columns joined with '+'. Default: 'test', else 'test_list' (README).")
+                                  "several columns joined with '+'. Default: 'test', else 'test_list' (docs/grpo_code.md).")
     entry_point_column: str = arg(None, "Column with the function's name (class: 'Solution().method' or the "
                                         "method). Default: 'entry_point', else found from the reference solution "
                                         "and the tests (class: 'entry_point', else 'func_name').")

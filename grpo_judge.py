@@ -39,7 +39,7 @@ From Python or a notebook: `import grpo_judge; grpo_judge.main(["--max_steps", "
 What to expect
     CPU demo (measured, 2 cores, 12 minutes): the judge passes its audit, yet the judged score rises 0.81 -> 0.97
     while the true rubric score stays at 0.06 -> 0.08: the tiny demo judge is too weak to grade the demo's
-    criteria, and the policy learns what it pays (README.md, "grpo_judge.py"). GPU (estimates): on RaR-Science a
+    criteria, and the policy learns what it pays (docs/grpo_judge.md). GPU (estimates): on RaR-Science a
     0.5B policy's judged score rises over a few hundred steps; the judge's calls dominate step time unless vLLM
     serves it.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json (the judge's cost

@@ -39,7 +39,7 @@ Run it
     python grpo_math.py --eval_only --eval_num_samples 8 # no training: will GRPO learn anything?
     python grpo_math.py --help                           # every flag: this script's and all of GRPOConfig's
 From Python or a notebook: `import grpo_math; grpo_math.main(["--max_steps", "10"])`.
-Several machines and vLLM's server mode: README.md, "Scale out".
+Several machines and vLLM's server mode: docs/scale_out.md.
 
 What to expect
     CPU demo (measured, 2 cores): held-out accuracy 34% -> 72%, strict format 1.00 throughout,
@@ -47,7 +47,7 @@ What to expect
     GPU (estimates): Qwen2.5-0.5B-Instruct starts near 20-30% on GSM8K in this strict format
     and climbs over a few hundred steps; the format rewards rise first, correctness follows.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and
-every evaluated answer in eval_*.jsonl (README: Watching a run).
+every evaluated answer in eval_*.jsonl (docs/watching.md).
 
 How this departs from textbook GRPO (DeepSeekMath), all of it TRL's defaults unless noted
     - beta = 0: no KL penalty and no reference model (less memory; DAPO, Dr. GRPO do the same).

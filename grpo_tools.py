@@ -38,11 +38,11 @@ From Python or a notebook: `import grpo_tools; grpo_tools.main(["--max_steps", "
 What to expect
     CPU demo (measured, 2 cores): the tiny model starts out guessing (held-out accuracy 0.00,
     no tool calls under greedy decoding); after 200 steps it calls the calculator on every
-    question, every call runs, and accuracy is 0.85. About 1.4 minutes in all. See README.md.
+    question, every call runs, and accuracy is 0.85. About 1.4 minutes in all. See docs/grpo_tools.md.
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the calculator on most GSM8K questions from the
     start; training raises the share of calls that run and the accuracy over a few hundred steps.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and
-every evaluated rollout in eval_*.jsonl (README: Watching a run).
+every evaluated rollout in eval_*.jsonl (docs/watching.md).
 
 How this departs from textbook GRPO: as grpo_math.py (beta = 0, DAPO token-level loss, one
 optimisation step per generation batch, a weighted rubric), plus multi-turn rollouts whose tool

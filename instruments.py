@@ -52,7 +52,7 @@ class InstrumentArguments:
                                         "logged step (0 = none, -1 = all).")
     replay: str = arg(None, "A finished run's --output_dir: score its completions again with RUBRIC as it is now. Or "
                             "a .jsonl of hand-written conversations: their tool calls run in this script's tools, "
-                            "the results are shown and the trajectories scored (README: Fork it).")
+                            "the results are shown and the trajectories scored (docs/forking.md).")
     skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
     loophole: str = arg(None, "The hack lab (hack_lab.py): grade the outcome with a planted loophole, the truth "
@@ -60,7 +60,7 @@ class InstrumentArguments:
     hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, rename "
                                      "the run_tests grader per task, or closed (the loophole fixed, same prompts).")
     hack_penalty: float = arg(None, "With --hack_mitigation penalize: what a flagged rollout scores (default -1, "
-                                    "below any honest failure; 0 scores it as a failure: README, The hack lab).")
+                                    "below any honest failure; 0 scores it as a failure: docs/hack_lab.md).")
 
     def __post_init__(self):  # a ValueError here is the script's one-line error
         if self.eval_num_samples < 1 or self.mid_eval_steps < 0 or self.train_samples_per_log < -1:
@@ -986,7 +986,7 @@ def replay_conversations(path: Path, recipe, script_args, output_dir: Path) -> d
             assert isinstance(row, dict) and isinstance(messages, (str, list)) and "answer" in row
         except (ValueError, AssertionError, AttributeError):
             raise recipe.RecipeError(f"--replay {path}: line {number} is not a JSON object with \"answer\" and "
-                                     "\"messages\" (the assistant's turns, with tool_calls): README, Fork it") from None
+                                     "\"messages\" (the assistant's turns, with tool_calls): docs/forking.md") from None
         environment = recipe.replay_environment(script_args, row) if hasattr(recipe, "replay_environment") else None
         prompt, trajectory = [], []
         for message in messages if isinstance(messages, list) else []:
@@ -1018,7 +1018,7 @@ def replay_conversations(path: Path, recipe, script_args, output_dir: Path) -> d
         conversations.append({"line": number, "answer": row["answer"], "completion": completion, "rewards": rewards,
                               "total": total})
     if not conversations:
-        raise recipe.RecipeError(f"--replay {path}: no conversation in the file: README, Fork it")
+        raise recipe.RecipeError(f"--replay {path}: no conversation in the file: docs/forking.md")
     for conversation in conversations:
         print(f"--- line {conversation['line']} (answer {conversation['answer']!r})")
         print(format_trajectory(conversation["completion"]))
@@ -1118,7 +1118,7 @@ def unsupported_template(error: ValueError, model_name: str, chat_template: str)
     reason = next((why for text, why in reasons.items() if text in str(error)), str(error).split(". ")[0])
     return (f"'{model_name}' has {template_family(chat_template)} chat template, which TRL "
                        f"{trl.__version__} cannot drive tool calls with ({reason}). Use a model of a supported "
-                       "family (README: grpo_tools.py, Models): Qwen2.5, Qwen3/3.5/3.6, Llama 3.1/3.2, GLM-4.5, "
+                       "family (docs/grpo_tools.md, Models): Qwen2.5, Qwen3/3.5/3.6, Llama 3.1/3.2, GLM-4.5, "
                        "gpt-oss, Gemma 4, LFM2 or Nemotron 3")
 
 

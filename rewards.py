@@ -205,7 +205,7 @@ def symbolic_correctness_reward(completions, answer, timeout_s: float = 5.0, **k
       thousands ('12\\,345'), units in words ('72 dollars'), 602\\times 10^{21} for
       6.02\\times 10^{23};
     - '12, 345' is a list, not 12345 (math-verify agrees).
-    Measured against math-verify on 768 MATH-style pairs (tests/data/math_answers; README).
+    Measured against math-verify on 768 MATH-style pairs (tests/data/math_answers; docs/rewards.md).
     Gaming: sprayed numbers, several boxes and computed answers do not pay; math-verify's own
     leniency remains for expression golds (0.333333 passes for 1/3).
     """

@@ -1,4 +1,4 @@
-"""Benchmark: each offline demo run the way a user runs it, for the figures README.md quotes.
+"""Benchmark: each offline demo run the way a user runs it, for the figures README.md and docs/ quote.
 
     python benchmarks/bench_demos.py                       # ~8 min on 2 CPU cores (4 demos, once each)
     python benchmarks/bench_demos.py --runs 2              # each demo twice: how much the figures move
@@ -16,7 +16,7 @@ whatever else ran beside it. --add keeps the runs already in the results file an
 quieter spell, say).
 
 The first math run's log history (the keys instruments.plot_curves draws, rounded) goes to demo_math_log.json and
-is drawn with plot_curves into assets/readme/watching_math.png: the README's figure, which
+is drawn with plot_curves into assets/readme/watching_math.png: docs/watching.md's figure, which
 tests/test_readme_figures.py redraws from the log to check that the committed PNG is today's plot.
 """
 

@@ -302,7 +302,7 @@ def last_masked(mask: list[int]) -> int:
 
 
 def table(results: list[dict]) -> str:
-    """The README's table: one row per family."""
+    """docs/grpo_tools.md's table: one row per family."""
     mark = {True: "yes", False: "**no**"}
     lines = ["| family (TRL's template) | training | evaluation | tokens agree | context as the template renders it |",
              "| --- | --- | --- | --- | --- |"]

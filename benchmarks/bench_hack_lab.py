@@ -17,7 +17,7 @@ and after, the onset (first logged step over 2%), the run monitor's first warnin
 with and without the detector's rule (`disputed_reward`), the per-step share of rollouts paid yet flagged
 (`hack/disputed`), the detector's precision and recall over every training rollout, and the training seconds; per
 arm, the median true pass@1 after minus the closed arm's of the same seed. Written to
-benchmarks/results/hack_lab.json (which tests/test_hack_lab.py and the README read), with the plot of the hack
+benchmarks/results/hack_lab.json (which tests/test_hack_lab.py and docs/hack_lab.md read), with the plot of the hack
 rate per step (median over seeds) to assets/readme/hack_lab.png.
 """
 

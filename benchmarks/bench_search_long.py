@@ -10,7 +10,7 @@ held-out questions three ways: folding off (the whole conversation in view, as f
 --max_completion_length allow), rule-based folding (the default: older calls become one line each), and folding
 with the `note` tool offered (--fold_notes: what the model writes survives every fold). Reported per depth k and
 mode: exact match, tool calls per episode, and the peak of tokens in view (the mean over episodes and the most).
-Results go to benchmarks/results/search_long.json, and the README's table is printed.
+Results go to benchmarks/results/search_long.json, and docs/grpo_search.md's table is printed.
 """
 
 import argparse
@@ -107,7 +107,7 @@ def main(argv=None):
 
 
 def table(report: dict) -> str:
-    """The README's table: per depth, each mode's exact match, tool calls and peak tokens in view."""
+    """docs/grpo_search.md's table: per depth, each mode's exact match, tool calls and peak tokens in view."""
     lines = ["| k | folding | exact match | tool calls / episode | peak tokens in view (mean / most) |",
              "| --- | --- | --- | --- | --- |"]
     for k in map(str, DEPTHS):

@@ -31,6 +31,17 @@ FAST_RUN = ["--model_name_or_path", str(TINY_MODEL), "--dataset_name", str(TOY_D
             "--num_eval_examples", "16", "--eval_batch_size", "16", "--warmup_steps", "0"]
 
 
+def docs_pages() -> list:
+    """The documentation a user reads: README.md (the front door), then every page under docs/."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def docs_text() -> str:
+    """README.md and every docs/*.md page, one after the other: where the tests look for a figure, a table or a
+    sentence the documentation quotes, whichever page now holds it."""
+    return "\n".join(path.read_text() for path in docs_pages())
+
+
 def offline_env(**extra) -> dict:
     """The user's environment with the Hub switched off (fails fast instead of retrying)."""
     env = dict(os.environ, **OFFLINE)

@@ -1,12 +1,13 @@
 """The chat-template family matrix (benchmarks/bench_families.py), run family by family: each family TRL ships with
 tool calling trains and evaluates through grpo_tools.py with the trained ids equal to the sampled ones, the others
-are refused before training in one line that names the family, and the README's table is the committed results."""
+are refused before training in one line that names the family, and the documentation's table (docs/grpo_tools.md)
+is the committed results."""
 
 import json
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, docs_text
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_families  # noqa: E402
@@ -28,7 +29,8 @@ def test_family_trains_and_evaluates_with_the_sampled_ids(family, tmp_path):
     assert result["training"] and result["evaluation"] and result["tokens_agree"], result["failed_checks"]
     # train: 4 rollouts in the step; eval: 2 before, 2 after, 2 with --eval_only, each checked
     assert result["rollouts"] == {"train": 4, "eval": 6} and result["eval_only_tool_calls"] == 1.0
-    assert result["as_rendered"] == RECORDED[family]["as_rendered"]  # the README's last column is what happens
+    # the last column of docs/grpo_tools.md's table is what happens
+    assert result["as_rendered"] == RECORDED[family]["as_rendered"]
 
 
 @pytest.mark.parametrize("family", [f for f, r in RECORDED.items() if not r["accepted"]])
@@ -53,7 +55,8 @@ def test_the_check_sees_ids_that_differ_from_the_sampled_ones(tmp_path, monkeypa
 
 
 def test_the_readme_table_is_the_measured_one():
-    assert bench_families.table(RESULTS["families"]) in (REPO / "README.md").read_text()
+    assert bench_families.table(RESULTS["families"]) in docs_text(), \
+        "README.md or docs/ does not hold the families table of benchmarks/results/families.json"
 
 
 def test_evaluation_conversations_share_the_training_budget(tmp_path):

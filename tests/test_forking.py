@@ -1,7 +1,7 @@
 """Forking, as a new user does it (README, "Fork it"): a local data file by any path, in every script and for every
 data flag; a fork's runs in its own folder; the demo line naming what the run trains on; one grader per answer
 type (OUTCOME_REWARD), a stale name refused in one line; hand-written tool calls replayed through the script's own
-tools; and the README's SQL fork, made from its own code blocks, replayed and trained."""
+tools; and the worked SQL fork (docs/forking.md), made from its own code blocks, replayed and trained."""
 
 import difflib
 import importlib
@@ -12,10 +12,10 @@ import shutil
 import sqlite3
 
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, docs_text, run_script
 
 SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py"]
-README = (REPO / "README.md").read_text()
+README = docs_text()  # README.md and docs/: the worked forks are in docs/forking.md
 
 
 def rows_of(path, n=None):
@@ -179,17 +179,26 @@ def test_replay_runs_hand_written_tool_calls_through_the_scripts_tools(tmp_path)
     assert bad.returncode == 1 and "line 1 is not a JSON object" in bad.stderr.strip().splitlines()[-1]
 
 
-# ---- the README's SQL fork ---------------------------------------------------------------------------------
+# ---- the worked SQL fork (docs/forking.md) -------------------------------------------------------------------
 
 def readme_blocks(heading):
-    section = README[README.index(heading):]
-    section = section[:section.index("\n### ", 1)] if "\n### " in section[1:] else section
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    """The ```python blocks of the section titled `heading` (at any level) in README.md or docs/, up to the next
+    heading; a `#` line inside a code block is code, not a heading."""
+    found = re.search(rf"^#+ {re.escape(heading)}\n", README, re.MULTILINE)
+    assert found, f"no section {heading!r} in README.md or docs/"
+    lines, fenced = [], False
+    for line in README[found.end():].splitlines(keepends=True):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            break
+        lines.append(line)
+    return re.findall(r"```python\n(.*?)```", "".join(lines), re.DOTALL)
 
 
 def sql_fork_text():
-    """grpo_tools.py with the README's two SQL blocks in place of its system prompt and its TOOLS line."""
-    prompt_block, tools_block = readme_blocks("### Worked fork: a SQL agent from grpo_tools.py")
+    """grpo_tools.py with docs/forking.md's two SQL blocks in place of its system prompt and its TOOLS line."""
+    prompt_block, tools_block = readme_blocks("Worked fork: a SQL agent from grpo_tools.py")
     text = (REPO / "grpo_tools.py").read_text()
     prompt_line = re.search(r'^SYSTEM_PROMPT = .*\n', text, re.MULTILINE).group(0)
     tools_line = re.search(r'^TOOLS = \[calculator, run_python\].*\n', text, re.MULTILINE).group(0)
@@ -235,8 +244,8 @@ def test_the_readme_states_the_sql_forks_size():
 
 
 def test_the_readme_sql_fork_replays_and_trains(tmp_path):
-    """The fork made from the README's blocks: its tool answers hand-written calls from the database (and refuses to
-    write it), and a two-step run on the questions, by their bare name, writes to outputs/grpo_sql/."""
+    """The fork made from docs/forking.md's blocks: its tool answers hand-written calls from the database (and refuses
+    to write it), and a two-step run on the questions, by their bare name, writes to outputs/grpo_sql/."""
     (tmp_path / "grpo_sql.py").write_text(sql_fork_text())
     for module in ("instruments.py", "sandbox.py", "run_page.py"):
         shutil.copy(REPO / module, tmp_path)
@@ -280,19 +289,19 @@ def test_the_readme_sql_fork_replays_and_trains(tmp_path):
     assert not (tmp_path / "outputs" / "grpo_tools").exists()
 
 
-# ---- the README's shelf fork ---------------------------------------------------------------------------------
+# ---- the worked shelf fork (docs/forking.md) -----------------------------------------------------------------
 
 SHELF = ("soft_overlong_penalty", "repetition_penalty", "cosine_scaled_correctness")
 
 
 def shelf_fork_text():
-    """grpo_math.py with the three rewards.py entries pasted above its RUBRIC cell, and the README's RUBRIC."""
+    """grpo_math.py with the three rewards.py entries pasted above its RUBRIC cell, and docs/forking.md's RUBRIC."""
     import ast
 
     shelf = (REPO / "rewards.py").read_text()
     entries = {node.name: ast.get_source_segment(shelf, node) for node in ast.parse(shelf).body
                if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    (rubric_block,) = readme_blocks("### Worked fork: rewards from the shelf in grpo_math.py")
+    (rubric_block,) = readme_blocks("Worked fork: rewards from the shelf in grpo_math.py")
     text = (REPO / "grpo_math.py").read_text()
     rubric = re.search(r"^RUBRIC = \[\n.*?^\]\n", text, re.MULTILINE | re.DOTALL).group(0)
     pasted = "".join(entries[name] + "\n\n\n" for name in SHELF)

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO, browser_page, offline_env, read_jsonl
+from conftest import REPO, browser_page, docs_text, offline_env, read_jsonl
 
 import grpo_judge as gj
 
@@ -302,7 +302,7 @@ def test_judge_demo_starts_the_tiny_judge_audits_it_and_stops_it(tmp_path):
 
 def test_the_readme_quotes_the_committed_judge_demo():
     figures = json.loads((REPO / "benchmarks" / "results" / "judge_demo.json").read_text())
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join(docs_text().split())  # README.md and docs/ (the figures are in docs/grpo_judge.md)
     before, after = figures["before"], figures["after"]
     assert f"judged score rose {before['accuracy']:.2f} -> {after['accuracy']:.2f}" in readme
     assert f"true rubric score stayed at {before['true_score']:.2f} -> {after['true_score']:.2f}" in readme

@@ -176,7 +176,8 @@ def test_a_yaml_reads_its_relative_paths_against_its_own_folder(tmp_path, monkey
 
 
 def test_the_long_search_yaml_runs_from_another_working_directory(tmp_path):
-    """The README's `python grpo_search.py --config assets/long_search.yaml`, run from outside the repository."""
+    """docs/grpo_search.md's `python grpo_search.py --config assets/long_search.yaml`, run from outside the
+    repository."""
     result = run_script(["--config", REPO / "assets" / "long_search.yaml", "--help"], script="grpo_search.py",
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

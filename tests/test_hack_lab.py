@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, docs_text
 
 import grpo_code
 import grpo_math
@@ -188,7 +188,7 @@ def test_a_short_lab_run_marks_every_rollout_and_reports_the_lab(tmp_path):
 
 
 def readme_rows(summary: dict) -> list[str]:
-    """The README's table of the lab's arms, as the committed benchmark's medians give it."""
+    """docs/hack_lab.md's table of the lab's arms, as the committed benchmark's medians give it."""
     def number(value, digits=2, sign=""):
         return "-" if value is None else f"{value:{sign}.{digits}f}"
 
@@ -223,7 +223,7 @@ def test_the_committed_benchmark_meets_the_lab_figures():
         assert run["hack_rate_last"] > 0.5 and run["detector_precision"] >= 0.9
         assert run["monitor_first_warning"]["rule"] == "disputed_reward"
         assert 0 <= run["monitor_delay_steps"] <= 20
-        # without the detector's rule: the reward parts from held-out accuracy, later (the README gives the figures)
+        # without the detector's rule: the reward parts from held-out accuracy, later (docs/hack_lab.md: figures)
         assert run["monitor_first_warning_without_detector"]["rule"] == "reward_without_accuracy"
         assert run["monitor_delay_steps_without_detector"] > run["monitor_delay_steps"]
         assert max(rate for _, rate in run["disputed_per_step"]) > 0.5  # the rule's input rose with the hacks
@@ -239,7 +239,7 @@ def test_the_committed_benchmark_meets_the_lab_figures():
     assert penalize["true_accuracy_after_vs_closed"] == pytest.approx(statistics.median(paired))
     assert abs(penalize["true_accuracy_after_vs_closed"]) <= 0.05  # within 5 points of the closed grader's run
     assert abs(penalize["true_accuracy_after_vs_closed_mean"]) <= 0.05
-    assert summary["drop"]["final_hack_rate"] > 0.02  # the weaker fix, as the README says
+    assert summary["drop"]["final_hack_rate"] > 0.02  # the weaker fix, as docs/hack_lab.md says
     # --hack_penalty 0 (flagged scored as a failure): within 5 points of closed in every seed, hacks back in one
     gentle = by_seed(runs, "penalize_0")
     assert all(abs(r["true_accuracy"][1] - closed[r["seed"]]) <= 0.05 + 1e-9 for r in gentle)
@@ -248,9 +248,9 @@ def test_the_committed_benchmark_meets_the_lab_figures():
 
 
 def test_the_readme_says_how_the_monitor_and_the_fixes_did_seed_by_seed():
-    """The per-seed figures the README quotes: the monitor's warnings with and without the detector, penalize
+    """The per-seed figures docs/hack_lab.md quotes: the monitor's warnings with and without the detector, penalize
     against closed, and the frequent-evaluation run (a results file of its own)."""
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join(docs_text().split())
     runs = json.loads(RESULTS.read_text())["runs"]
 
     def listed(values):
@@ -283,7 +283,7 @@ def test_the_readme_says_how_the_monitor_and_the_fixes_did_seed_by_seed():
 
 
 def test_the_readme_shows_the_committed_lab_figures():
-    readme = (REPO / "README.md").read_text()
+    readme = docs_text()  # README.md and docs/*.md: the lab's table and figure are in docs/hack_lab.md
     summary = json.loads(RESULTS.read_text())["summary"]
     for row in readme_rows(summary):
         assert row in readme, row

@@ -418,7 +418,7 @@ def test_playground_judge_cell_scores_with_a_server(server, monkeypatch, capsys)
 
 
 def test_group_judge_in_grpo_math_rubric_trains(server, tmp_path, monkeypatch):
-    """The README's example: a judge added to grpo_math.py's rubric in one line, two training steps against it."""
+    """docs/rewards.md's example: a judge added to grpo_math.py's rubric in one line, two training steps against it."""
     import json
 
     import grpo_math

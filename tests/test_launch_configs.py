@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "accelerate_configs"
 SCRIPTS = ("grpo_math.py", "grpo_tools.py")
 # Where a user reads about the configs; every accelerate_configs/... path in them must exist.
-DOCS = [REPO / "README.md", *(REPO / script for script in SCRIPTS), *sorted(CONFIGS.glob("*.yaml"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *(REPO / script for script in SCRIPTS),
+        *sorted(CONFIGS.glob("*.yaml"))]
 
 # What makes each file what its name says. `deepspeed`/`fsdp` entries are checked inside the nested sections.
 EXPECTED = {

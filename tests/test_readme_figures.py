@@ -1,10 +1,12 @@
-"""README.md's measured figures against the committed results they come from (benchmarks/results/*.json).
+"""The measured figures of README.md and docs/*.md against the committed results they come from
+(benchmarks/results/*.json).
 
-Each check builds, from one results file, the README's sentences and table cells that quote it, formatted as the
-README writes them, and all must be in README.md: a README figure edited by hand, or a results file re-measured
-without the README following, fails here. Nothing is run or measured: re-run the benchmark (its command is in the
-README), commit its JSON, and write its figures into the README. The scripts' docstrings quote the demos' figures
-too; the figure in assets/readme/ is checked to be today's plot_curves drawing of the committed demo log.
+Each check builds, from one results file, the sentences and table cells that quote it, formatted as the
+documentation writes them, and all must be in README.md or a docs/ page: a figure edited by hand, or a results file
+re-measured without the documentation following, fails here. Nothing is run or measured: re-run the benchmark (its
+command is in docs/benchmarks.md), commit its JSON, and write its figures into the page that quotes them. The
+scripts' docstrings quote the demos' figures too; the figure in assets/readme/ is checked to be today's plot_curves
+drawing of the committed demo log.
 """
 
 import json
@@ -13,7 +15,7 @@ import re
 import statistics
 
 import pytest
-from conftest import REPO
+from conftest import REPO, docs_pages, docs_text
 
 RESULTS = REPO / "benchmarks" / "results"
 FIGURE = REPO / "assets" / "readme" / "watching_math.png"
@@ -382,9 +384,9 @@ CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footp
 
 @pytest.mark.parametrize("name", CHECKS)
 def test_the_readme_quotes_the_committed_results(name):
-    readme = flat((REPO / "README.md").read_text())
+    readme = flat(docs_text())
     missing = [text for text in map(flat, CHECKS[name](load)) if text not in readme]
-    assert not missing, f"README.md does not quote benchmarks/results/ ({name}) as it stands; expected:\n" + \
+    assert not missing, f"README.md or docs/ does not quote benchmarks/results/ ({name}) as it stands; expected:\n" + \
         "\n".join(missing)
 
 
@@ -416,7 +418,7 @@ def altered(value):
 def test_each_check_reads_its_file(name):
     """A check that passed whatever the file held would guard nothing: against altered results it must fail (or
     be unable to read them)."""
-    readme = flat((REPO / "README.md").read_text())
+    readme = flat(docs_text())
     try:
         quoted = [text for text in map(flat, CHECKS[name](lambda file: altered(load(file)))) if text in readme]
     except (KeyError, TypeError, IndexError, ValueError):  # e.g. a seed the altered runs no longer hold
@@ -439,7 +441,7 @@ def test_the_readme_figure_is_todays_plot_of_the_committed_run(tmp_path):
     demo run of bench_demos.py); a panel plot_curves gained or lost since, or another run's picture, fails."""
     import instruments
 
-    assert "(assets/readme/watching_math.png)" in (REPO / "README.md").read_text()
+    assert "(../assets/readme/watching_math.png)" in (REPO / "docs" / "watching.md").read_text()
     log = json.loads((RESULTS / "demo_math_log.json").read_text())
     redrawn = instruments.plot_curves(log, tmp_path / "redrawn.png")
     assert difference(redrawn, FIGURE) < SAME_PICTURE, "redraw it: python benchmarks/bench_demos.py --demos math"
@@ -459,7 +461,12 @@ def test_the_committed_log_is_the_committed_runs():
 
 
 def test_every_file_the_readme_links_or_shows_is_in_the_repository():
-    readme = (REPO / "README.md").read_text()
-    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme)
-               if not t.startswith(("http://", "https://", "#", "mailto:"))}
-    assert targets and not [t for t in targets if not (REPO / t).exists()]
+    """Every file README.md and docs/*.md link to or show, read from the page's own folder (the anchors are checked
+    in tests/test_docs.py)."""
+    missing = []
+    for page in docs_pages():
+        targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", page.read_text())
+                   if not t.startswith(("http://", "https://", "#", "mailto:"))}
+        assert targets, page
+        missing += [f"{page.relative_to(REPO)}: {t}" for t in targets if not (page.parent / t).exists()]
+    assert not missing

@@ -4,9 +4,9 @@ anyone may read, the repository, a TCP and a Unix socket listening on this machi
 call's process group, notes left for the next call, hacks that read or forge the hidden tests' result, and the
 system calls the seccomp filter refuses in every mode, each called through ctypes; and ordinary code (imports,
 threads, subprocess, multiprocessing, files) still runs in each. What each mode promises is in the comment above
-sandbox.run_python and the README's table; a mode that holds less, or more, fails here. A mode this machine refuses
-(asked independently: unshare, landlock_create_ruleset) is skipped with a one-line reason; a mode it allows must
-start."""
+sandbox.run_python and docs/grpo_tools.md's table; a mode that holds less, or more, fails here. A mode this machine
+refuses (asked independently: unshare, landlock_create_ruleset) is skipped with a one-line reason; a mode it allows
+must start."""
 
 import os
 import subprocess

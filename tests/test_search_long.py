@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import REPO, run_script
+from conftest import REPO, docs_text, run_script
 
 import grpo_search as gs
 import context_folding
@@ -234,7 +234,7 @@ def test_bad_folding_flags_are_one_line_errors(tmp_path, flags, message):
     assert message in result.stderr.strip().splitlines()[-1]
 
 
-# ---- the benchmark's table in the README ------------------------------------------------------------
+# ---- the benchmark's table in the documentation (docs/grpo_search.md) ----------------------------------------
 RESULTS = REPO / "benchmarks" / "results" / "search_long.json"
 
 
@@ -244,7 +244,8 @@ def test_the_readme_table_is_the_benchmarks():
     spec = importlib.util.spec_from_file_location("bench_search_long", REPO / "benchmarks" / "bench_search_long.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.table(json.loads(RESULTS.read_text())) in (REPO / "README.md").read_text()
+    assert bench.table(json.loads(RESULTS.read_text())) in docs_text(), \
+        "README.md or docs/ does not hold the table of benchmarks/results/search_long.json"
 
 
 def test_the_long_demo_meets_its_targets():
@@ -266,15 +267,15 @@ def test_the_long_demo_meets_its_targets():
 
 
 def test_the_readme_quotes_a_full_turn_credit_comparison_on_the_long_chains():
-    """benchmarks/results/turn_credit_long.json is the whole comparison the README reports (both arms, three seeds,
-    the demo's 10 steps, every step scored on all 84 questions), and the README's medians are its own."""
+    """benchmarks/results/turn_credit_long.json is the whole comparison docs/grpo_search.md reports (both arms, three
+    seeds, the demo's 10 steps, every step scored on all 84 questions), and the page's medians are its own."""
     report = json.loads((REPO / "benchmarks" / "results" / "turn_credit_long.json").read_text())
     settings = report["settings"]
     assert settings["long"] is True and settings["seeds"] == "42,1,2" and settings["max_steps"] == 10
     assert settings["eval_every"] == 1 and settings["eval_examples"] == 84
     assert sorted((r["seed"], r["turn_credit"]) for r in report["runs"]) == sorted(
         (seed, arm) for seed in (42, 1, 2) for arm in (False, True))
-    readme = (REPO / "README.md").read_text()
+    readme = docs_text()  # README.md and docs/ (the comparison is in docs/grpo_search.md)
     grpo, credit = report["grpo"], report["turn_credit"]
     assert f"median {grpo['median_final_exact_match']:.2f} (GRPO) and {credit['median_final_exact_match']:.2f}" in readme
     assert (f"{grpo['targets']['+0.70']['median_seconds']:.1f} (GRPO) against "

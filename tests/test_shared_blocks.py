@@ -9,7 +9,7 @@ import ast
 import re
 
 import pytest
-from conftest import REPO
+from conftest import REPO, docs_text
 
 SCRIPTS = ["grpo_math.py", "grpo_tools.py", "grpo_code.py", "grpo_search.py", "grpo_judge.py"]
 MACHINERY_LINE = ("# ---- machinery: the same in every script, held identical by tests; "
@@ -151,9 +151,10 @@ def copied_code_lines(texts: dict) -> dict:
 
 
 def test_the_readme_table_counts_what_the_scripts_hold():
-    """README's "How the scripts differ" table: its line counts, copy counts and line numbers are the scripts' own."""
+    """The README's table of the five scripts ("Which one to fork"; "How the scripts differ" in docs/how_it_works.md
+    explains it): its line counts, copy counts and line numbers are the scripts' own."""
     rows = {}
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in docs_text().splitlines():
         if line.startswith("| lines") or line.startswith("| `RUBRIC` on line") or line.startswith("| code lines"):
             label, *values = [cell.strip() for cell in line.strip("|").split("|")]
             rows[label] = [value if " / " in value else value.split(" ")[0].replace(",", "") for value in values]
@@ -172,7 +173,7 @@ def test_the_readme_table_counts_what_the_scripts_hold():
         assert rows["code lines in a run of 6+ found in another script too"][column] == str(copied[script]), script
         numbers = f"{line['RUBRIC']} / {line['DEFAULT_MODEL']}"
         assert rows["`RUBRIC` on line / `DEFAULT_MODEL` on line"][column] == numbers, script
-    assert f"In all, {sum(copied.values()):,} code lines" in (REPO / "README.md").read_text()
+    assert f"In all, {sum(copied.values()):,} code lines" in docs_text(), "README.md or docs/ (docs/how_it_works.md)"
 
 
 def test_the_copy_count_catches_a_copy():
