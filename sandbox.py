@@ -6,8 +6,8 @@ standard library (no torch, no transformers, no project imports): copy it beside
 
 What is here, in order:
 - The limits, module constants: PYTHON_* for a call, TEST_* and SCORING_THREADS for the hidden tests. Change one
-  before the first call, e.g. `import sandbox; sandbox.PYTHON_WALL_S = 10`: the sandbox's zygote reads the time,
-  memory, file and process limits once, when it starts; the others are read at each call.
+  before the first call, e.g. `import sandbox; sandbox.PYTHON_WALL_S = 10`: the sandbox's zygote reads the
+  memory, file and process limits once, when it starts; the others (time included) are read at each call.
 - The sandbox: `_SANDBOX_ZYGOTE` (one waiting interpreter that forks a contained process per call), `_Sandbox`,
   `SANDBOX_MODES`, `_start_sandbox`, `_sandbox_mode` (the strongest mode that works here, or GRPO_SANDBOX's),
   `_run_in_sandbox`.
@@ -36,7 +36,7 @@ battery of hacks in every mode. A forker who edits a reward should not have to r
 accident: the reward function in the script just calls run_hidden_tests_batch.
 """
 
-import array, atexit, concurrent.futures, glob, json, os, re, shutil, signal, socket, subprocess  # noqa: E401
+import array, atexit, concurrent.futures, glob, json, math, os, re, shutil, signal, socket, subprocess  # noqa: E401
 import sys, sysconfig, tempfile, threading, warnings  # noqa: E401
 
 # ---- limits: module constants; set one before the first call (`sandbox.PYTHON_WALL_S = 10`)
@@ -48,8 +48,12 @@ PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory
 PYTHON_MAX_PROCESSES = 64         # processes of "nobody", all calls together (only set when dropping root)
 PYTHON_MAX_CODE_CHARS = 100_000   # longer code is refused
 PYTHON_OUTPUT_CHARS = 2000        # returned to the model: the start and the end of longer output
-TEST_CASE_S = 2                    # wall clock for one test case before it fails (a case: one statement of the tests)
-TESTS_DEADLINE_S = 4               # all of one solution's cases together; run_python's sandbox allows 5 s in all
+# The hidden tests limit what a solution costs, not what the machine is doing: CPU seconds, which a busy machine
+# does not change (the solution's process and every process it starts), and a wall clock only as a backstop for
+# code that sleeps or blocks, TEST_WALL_FACTOR times as long (room for a machine 5 times oversubscribed).
+TEST_CASE_CPU_S = 2                # CPU seconds one test case may take (a case: one statement of the tests)
+TESTS_CPU_S = 4                    # CPU seconds all of one solution's cases may take together
+TEST_WALL_FACTOR = 5               # the wall-clock backstop: this many times the CPU limit
 TEST_ERROR_CHARS = 200             # why a case failed, as kept in the eval files
 TEST_REPLY_BYTES = 2**20           # the largest return value the solution's process may send back
 TEST_CACHE_SIZE = 8192             # run_hidden_tests' results kept (a solution scored twice runs once)
@@ -100,6 +104,7 @@ LANDLOCK_SYSCALLS = dict(socket=(41, 198), setsid=(112, 157), setpgid=(109, 154)
 CLONE, CLONE3, CLONE_NEW_ANY = (56, 220), (435, 435), 0x7E020080  # any CLONE_NEW* flag
 ARCH = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}.get(os.uname().machine)
 SECCOMP = None  # (program, length), built before the zygote says it is ready
+CALL_LIMITS = {}  # the call's wall-clock and CPU seconds, which each call brings (serve)
 
 # Landlock, for where namespaces are refused (Docker's default seccomp profile, Ubuntu 24.04's AppArmor): it needs
 # no privileges. Landlock (ABI 1+) lets this process open only the interpreter's read-only paths and its own
@@ -221,7 +226,7 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
         contain(work)
     os.closerange(3, 1 << 16)  # no control socket, no result channel: the code cannot forge its own result
     os.chdir(work)
-    for name, value in cfg["limits"].items():
+    for name, value in {**cfg["limits"], "RLIMIT_CPU": CALL_LIMITS["cpu"]}.items():
         limit, hard = getattr(resource, name), resource.getrlimit(getattr(resource, name))[1]
         soft, new_hard = value, value + (name == "RLIMIT_CPU")  # CPU: SIGXCPU at soft, SIGKILL a second later
         if hard != resource.RLIM_INFINITY:
@@ -272,7 +277,8 @@ def run_code(path, source, stdin, output, work):  # the code's own process: give
             pass
     os._exit(rc & 255)
 
-def serve(connection, stdin):  # one call, in a child of the zygote; `stdin`: a descriptor for the code, or None
+def serve(connection, stdin, wall, cpu):  # one call, in a child of the zygote; `stdin`: a descriptor for the code, or None
+    CALL_LIMITS.update(wall=wall, cpu=cpu)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if cfg["namespaces"]:
         ok(libc.unshare(NEW_MOUNT | NEW_PID | NEW_NET | NEW_IPC | NEW_UTS), "unshare")
@@ -310,7 +316,7 @@ def serve(connection, stdin):  # one call, in a child of the zygote; `stdin`: a 
             os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
     timed_out = []
     signal.signal(signal.SIGALRM, lambda *_: (timed_out.append(1), os.kill(pid, signal.SIGKILL)))
-    signal.alarm(cfg["wall"])
+    signal.alarm(wall)
     status = os.waitpid(pid, 0)[1]
     signal.alarm(0)
     rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
@@ -338,7 +344,7 @@ signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # finished calls are reaped by th
 if not cfg["namespaces"]:  # a call's orphans come here when they end, and are reaped too (no PID 1 of their own)
     prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 while True:
-    message, ancillary, _, _ = control.recvmsg(16, socket.CMSG_SPACE(8))
+    message, ancillary, _, _ = control.recvmsg(32, socket.CMSG_SPACE(8))
     if not message:
         break  # the caller is gone: so is this process, and with it (PID 1 of its namespace) every call
     fds = [fd for _, kind, data in ancillary if kind == socket.SCM_RIGHTS
@@ -347,7 +353,8 @@ while True:
         if fds and os.fork() == 0:
             control.close()
             try:
-                serve(socket.socket(fileno=fds[0]), fds[1] if len(fds) > 1 else None)
+                _, wall, cpu = message.split()  # b"run WALL CPU": this call's limits, in whole seconds
+                serve(socket.socket(fileno=fds[0]), fds[1] if len(fds) > 1 else None, int(wall), int(cpu))
             finally:
                 os._exit(0)
     finally:
@@ -386,11 +393,11 @@ class _Sandbox:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.scratch = tempfile.mkdtemp(prefix="run_python_")  # the root's mount point; call folders without namespaces
         os.chmod(self.scratch, 0o711)
-        limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_CPU": PYTHON_CPU_S, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
+        limits = {"RLIMIT_AS": PYTHON_MEMORY_BYTES, "RLIMIT_FSIZE": PYTHON_FILE_BYTES,
                   "RLIMIT_CORE": 0, **({"RLIMIT_NPROC": PYTHON_MAX_PROCESSES} if drop else {})}
         cfg = {"control": theirs.fileno(), "namespaces": namespaces, "landlock": landlock, "drop": drop,
                "seccomp": self.seccomp, "stage": self.scratch,
-               "scratch": self.scratch, "paths": paths, "hidden": hidden, "limits": limits, "wall": PYTHON_WALL_S,
+               "scratch": self.scratch, "paths": paths, "hidden": hidden, "limits": limits,
                "tmp_bytes": PYTHON_TMP_BYTES, "output": PYTHON_FILE_BYTES}
         self.process = subprocess.Popen(  # -S: no site-packages; -u: output reaches the file as it is printed
             [*prefix, python, "-I", "-S", "-u", "-c", _SANDBOX_ZYGOTE, json.dumps(cfg)], pass_fds=[theirs.fileno()],
@@ -404,9 +411,11 @@ class _Sandbox:
             self.status = f"no answer from the zygote ({e})"
         self.control.settimeout(None)
 
-    def run(self, code, stdin=b""):
+    def run(self, code, stdin=b"", wall=None, cpu=None):
         """(exit status, output, whether the output hit the file-size limit) of one call; `stdin` is what the
-        code reads from standard input (bytes, at most PYTHON_FILE_BYTES)."""
+        code reads from standard input (bytes, at most PYTHON_FILE_BYTES); `wall` and `cpu`: the call's limits in
+        seconds (PYTHON_WALL_S and PYTHON_CPU_S unless given)."""
+        wall, cpu = (max(1, math.ceil(value)) for value in (wall or PYTHON_WALL_S, cpu or PYTHON_CPU_S))
         if len(stdin) > PYTHON_FILE_BYTES:
             raise ValueError(f"stdin too long ({len(stdin)} bytes, limit {PYTHON_FILE_BYTES})")
         ours, theirs = socket.socketpair()  # this call's own channel: code in, status and output back
@@ -420,12 +429,12 @@ class _Sandbox:
                     stdin_file.flush()
                     stdin_file.seek(0)
                 fds = [theirs.fileno(), *([stdin_file.fileno()] if stdin_file else [])]
-                self.control.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                self.control.sendmsg([b"run %d %d" % (wall, cpu)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             finally:
                 theirs.close()
                 if stdin_file:
                     stdin_file.close()
-            ours.settimeout(PYTHON_WALL_S + 10)  # a backstop: the sandbox enforces the limit itself
+            ours.settimeout(wall + 10)  # a backstop: the sandbox enforces the limit itself
             try:
                 ours.sendall(code.encode("utf-8", "surrogatepass"))
                 ours.shutdown(socket.SHUT_WR)
@@ -513,12 +522,12 @@ def _sandbox_mode():
     return _SANDBOX
 
 
-def _run_in_sandbox(code, stdin=b""):
+def _run_in_sandbox(code, stdin=b"", wall=None, cpu=None):
     """Run `code` once, reading `stdin`: (exit status, output, whether the output hit the file-size limit)."""
     try:
-        return _sandbox_mode().run(code, stdin)
+        return _sandbox_mode().run(code, stdin, wall, cpu)
     except (BrokenPipeError, ConnectionError):  # the zygote died (killed from outside): start another, once
-        return _sandbox_mode().run(code, stdin)
+        return _sandbox_mode().run(code, stdin, wall, cpu)
 
 
 def _close_at_exit():
@@ -624,7 +633,8 @@ def run_python(code: str) -> str:
 # AssertionError or unittest changes only the worker; printing "passed" reaches /dev/null; the tests and the
 # expected values are never in the worker, its files or its memory, and a caller's frame holds only the arguments.
 # A case that runs out of time fails, and the cases after it are skipped (failed): a slow solution costs one
-# time-out, not one per case. Killing or stopping this process leaves no result line: every case fails (and that
+# time-out, not one per case. Time is CPU time, of the solution's processes and those they start (TEST_CASE_CPU_S,
+# TESTS_CPU_S), so that a busy machine does not change a verdict; the wall clock is only a backstop (TEST_WALL_FACTOR). Killing or stopping this process leaves no result line: every case fails (and that
 # result is not cached: run_hidden_tests runs the solution again when asked again).
 # What it cannot do: show the tests a solution's changes to its arguments (they see copies), or compare anything but
 # plain data. A task that needs either fails its own reference solution at load time and is dropped, said so.
@@ -689,7 +699,7 @@ def decode(x):
 exec(CODEC)
 
 WORKER = r"""
-import json, os, socket, sys, time
+import json, math, os, resource, signal, socket, sys, time
 sys.set_int_max_str_digits(0)
 requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
 null = os.open("/dev/null", os.O_RDWR)
@@ -707,7 +717,19 @@ def text(error):
     except BaseException:
         return ""
 
-def run_program(setup, program, stdin, stdout):  # one test case of a program, in its own process
+def limit_cpu(seconds, per_case):
+    # This process stops after `seconds` more CPU seconds: the kernel's RLIMIT_CPU, which the code cannot raise
+    # (SIGXCPU, then SIGKILL a second later; whole seconds), and per case a SIGPROF timer (exact, the code could reset it).
+    used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+    soft, hard = math.ceil(used + seconds) + 1, resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1 if hard == resource.RLIM_INFINITY else min(soft + 1, hard)))
+    if per_case:
+        signal.setitimer(signal.ITIMER_PROF, seconds)
+
+def run_program(setup, program, stdin, stdout, cpu):  # one test case of a program, in its own process
+    limit_cpu(cpu, per_case=True)
     os.dup2(stdin, 0)
     os.dup2(stdout, 1)
     os.closerange(3, 1 << 16)
@@ -732,6 +754,7 @@ def run_program(setup, program, stdin, stdout):  # one test case of a program, i
     os._exit(status & 255)
 
 job = json.loads(requests.readline())
+limit_cpu(job["solution_cpu"], per_case=False)  # all of the solution's cases, in this process
 namespace = {"__name__": "__solution__"}
 owner, _, method = job["entry_point"].partition("().")  # "Solution().twoSum": a method of a class
 try:
@@ -740,7 +763,9 @@ try:
     else:
         exec(compile(job["setup"], "<prompt>", "exec"), namespace)
         namespace.pop(owner, None)  # the prompt's stub: the solution must define the function itself
+        signal.setitimer(signal.ITIMER_PROF, job["case_cpu"])  # what the solution runs as it loads counts too
         exec(compile(job["solution"], "<solution>", "exec"), namespace)
+        signal.setitimer(signal.ITIMER_PROF, 0)
         function = namespace.get(owner)
         if method and callable(function) and callable(getattr(function, method, None)):
             function = lambda *args, _new=function, **kwargs: getattr(_new(), method)(*args, **kwargs)
@@ -767,7 +792,7 @@ if job["entry_point"] == STDIN_PROGRAM:  # per case: its stdin and stdout pipes 
             except BlockingIOError:
                 time.sleep(0.05)
         if pid == 0:
-            run_program(setup, program, *fds)
+            run_program(setup, program, *fds, job["case_cpu"])
         for fd in fds:
             os.close(fd)
         if pid is None:
@@ -778,8 +803,12 @@ if job["entry_point"] == STDIN_PROGRAM:  # per case: its stdin and stdout pipes 
 while line := requests.readline():
     try:
         args, kwargs = json.loads(line)
-        result = ["ok", encode(function(*decode(args), **decode(kwargs)))]
+        signal.setitimer(signal.ITIMER_PROF, job["case_cpu"])  # SIGPROF ends this process: the harness says why
+        value = function(*decode(args), **decode(kwargs))
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        result = ["ok", encode(value)]
     except BaseException as error:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         result = ["raise", type(error).__name__, text(error)]
     send(result)
 os._exit(0)
@@ -788,6 +817,64 @@ os._exit(0)
 
 class Failed(Exception):
     """The solution failed this call: it raised, crashed, ran out of time or returned something not plain data."""
+
+
+POLL_S, TICKS = 0.05, os.sysconf("SC_CLK_TCK")
+last_look = 0.0
+
+
+def solution_cpu():
+    """CPU seconds the solution's processes have used, every one it started included: this process's descendants
+    (and, in a PID namespace of the call's own, the orphans its PID 1 adopted), with what their finished children
+    used. None where /proc cannot be read (the Landlock mode): there each process's own limits stop it."""
+    try:
+        stats = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].split()
+                except OSError:
+                    continue  # ended meanwhile
+                stats[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))  # ppid; user+system, own and children's
+    except OSError:
+        return None
+    me = os.getpid()
+    if me not in stats:
+        return None
+    children = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    roots = [pid for pid in children.get(me, [])]
+    if stats[me][0] == 1:  # a PID namespace of the call's own: PID 1 adopts orphans, all of them the solution's
+        roots += [pid for pid in children.get(1, []) if pid != me]
+    with open(f"/proc/{me}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    ticks, seen = int(fields[13]) + int(fields[14]), set()  # this process's finished children: workers gone
+    while roots:
+        pid = roots.pop()
+        if pid not in seen:
+            seen.add(pid)
+            ticks += stats[pid][1]
+            roots += children.get(pid, [])
+    return ticks / TICKS
+
+
+def check_limits():
+    """Raise Failed when the case is over a limit: the wall-clock backstop (looked at on every call), the case's
+    CPU seconds or the solution's (every POLL_S at most: reading /proc costs)."""
+    global last_look
+    now = time.monotonic()
+    if now >= case_deadline:
+        raise Failed(f"timed out (over {case_wall:g} s of wall clock)")
+    if now - last_look < POLL_S:
+        return
+    last_look = now
+    used = solution_cpu()
+    if used is not None and cpu_at_case is not None and used - cpu_at_case > job["case_cpu"]:
+        raise Failed(CASE_CPU_OUT)
+    if used is not None and cpu_at_start is not None and used - cpu_at_start > job["solution_cpu"]:
+        raise Failed(SOLUTION_CPU_OUT)
 
 
 class Worker:
@@ -822,17 +909,18 @@ class Worker:
         os.close(reply_write)
         cases.close()
         os.set_blocking(self.requests, False)
-        self.buffer, self.reply = b"", None
+        self.buffer, self.reply, self.ended = b"", None, False
 
     def load(self):
-        self.send({key: job[key] for key in ("setup", "solution", "entry_point")})
+        self.send({key: job[key] for key in ("setup", "solution", "entry_point", "case_cpu", "solution_cpu")})
         self.reply = self.receive()
 
     def send(self, message):
         data = json.dumps(message).encode() + b"\n"
         while data:
-            if not select.select([], [self.requests], [], max(0, case_deadline - time.monotonic()))[1]:
-                raise Failed(f"timed out (over {job['case_seconds']} s)")
+            if not select.select([], [self.requests], [], POLL_S)[1]:
+                check_limits()
+                continue
             try:
                 data = data[os.write(self.requests, data):]
             except OSError:
@@ -840,12 +928,12 @@ class Worker:
 
     def receive(self):
         while b"\n" not in self.buffer:
-            left = case_deadline - time.monotonic()
-            if left <= 0 or not select.select([self.replies], [], [], left)[0]:
-                raise Failed(f"timed out (over {job['case_seconds']} s)")
+            if not select.select([self.replies], [], [], POLL_S)[0]:
+                check_limits()
+                continue
             chunk = os.read(self.replies, 1 << 16)
             if not chunk:
-                raise Failed("the solution's process exited")
+                raise Failed(self.why_it_ended())
             self.buffer += chunk
             if len(self.buffer) > job["reply_bytes"]:
                 raise Failed("returned too much data")
@@ -869,15 +957,16 @@ class Worker:
             os.close(feed)
         try:
             while status is None:
-                left = case_deadline - time.monotonic()
                 ready, writable, _ = ([self.replies], [], None) if b"\n" in self.buffer else select.select(
-                    [output, self.replies], writing, [], max(0, left))  # (a reply already read, or wait)
-                if left <= 0 or not (ready or writable):
+                    [output, self.replies], writing, [], POLL_S)  # (a reply already read, or wait)
+                try:
+                    check_limits()
+                except Failed:
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except (OSError, TypeError):  # gone already, or never started
                         pass
-                    raise Failed(f"timed out (over {job['case_seconds']} s)")
+                    raise
                 if writable:
                     try:
                         data = data[os.write(feed, data[:1 << 16]):]
@@ -909,12 +998,27 @@ class Worker:
                 os.close(feed)
         return status, printed.decode("utf-8", "replace")
 
+    def why_it_ended(self):
+        """Why the solution's process closed its replies: its CPU limits, or it exited (or crashed)."""
+        for wait in range(100):
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.ended = True
+                if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPROF:
+                    return CASE_CPU_OUT
+                if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
+                    return SOLUTION_CPU_OUT
+                break
+            time.sleep(0.01)
+        return "the solution's process exited"
+
     def close(self):
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        os.waitpid(self.pid, 0)
+        if not self.ended:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(self.pid, 0)
         os.close(self.requests)
         os.close(self.replies)
         self.cases.close()
@@ -927,8 +1031,11 @@ except Failed:
 job = json.loads(sys.stdin.buffer.read())
 sys.stdin.close()
 sys.set_int_max_str_digits(0)
-stop, deadline = None, time.monotonic() + job["deadline"]
-case_deadline = deadline
+stop, deadline = None, time.monotonic() + job["solution_cpu"] * job["wall_factor"]
+case_deadline, case_wall = deadline, job["case_cpu"] * job["wall_factor"]
+CASE_CPU_OUT = f"timed out (over {job['case_cpu']:g} s of CPU)"
+SOLUTION_CPU_OUT = f"timed out (the solution's {job['solution_cpu']:g} s of CPU are spent)"
+cpu_at_start = cpu_at_case = solution_cpu()
 
 
 def in_worker(call):
@@ -1007,7 +1114,11 @@ def show(text):
 
 def program_case(data, expected, tolerance):
     """One case of a program: its output for `data` on stdin, compared here with the expected output."""
+    global stop
     status, printed = in_worker(lambda w: w.run_program(data.encode()))
+    if status in (-signal.SIGPROF, -signal.SIGXCPU, -signal.SIGKILL):  # its CPU limits (run_program's)
+        stop = "skipped: an earlier case timed out"
+        raise Failed(CASE_CPU_OUT)
     if status != 0:
         raise Failed(f"exit status {status}" if status > 0 else f"killed by signal {-status}")
     if not same_output(printed, expected, tolerance):
@@ -1044,7 +1155,8 @@ try:
 except Exception as error:
     cases, harness_error = [], why(error)
 for run_case, counts in cases:
-    case_deadline = min(time.monotonic() + job["case_seconds"], deadline)
+    case_deadline = min(time.monotonic() + case_wall, deadline)
+    cpu_at_case = solution_cpu()
     try:
         run_case()
         error = None
@@ -1079,10 +1191,12 @@ def run_hidden_tests(solution: str, tests: str, entry_point: str, setup: str = "
                 return {name: list(value) if isinstance(value, list) else value for name, value in result.items()}
     _sandbox_mode()  # a misconfiguration raises here, outside the handler below that turns failures into a score
     job = {"setup": setup, "solution": solution, "entry_point": entry_point, "tests": tests,
-           "case_seconds": TEST_CASE_S, "deadline": TESTS_DEADLINE_S, "error_chars": TEST_ERROR_CHARS,
+           "case_cpu": TEST_CASE_CPU_S, "solution_cpu": TESTS_CPU_S, "wall_factor": TEST_WALL_FACTOR,
+           "error_chars": TEST_ERROR_CHARS,
            "reply_bytes": TEST_REPLY_BYTES}
     try:
-        rc, output, _ = _run_in_sandbox(_HIDDEN_TESTS_HARNESS, json.dumps(job).encode())
+        backstop = TESTS_CPU_S * TEST_WALL_FACTOR + 5  # the harness's own start and end, beside the solution's
+        rc, output, _ = _run_in_sandbox(_HIDDEN_TESTS_HARNESS, json.dumps(job).encode(), wall=backstop, cpu=backstop)
         result = json.loads(output.rstrip("\n").rsplit("\n", 1)[-1])
     except Exception as error:  # no result line (the harness was killed), or the sandbox failed: nothing passed
         return {"passed": [], "errors": [], "harness_error": f"no result from the harness ({type(error).__name__})"}

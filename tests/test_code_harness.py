@@ -170,6 +170,13 @@ HACKS = {
     "stop the harness": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\ndef add(a, b):\n    return a + b\n",
     "time out": "def add(a, b):\n    while True:\n        pass\n",
     "sleep at load time": "import time\ntime.sleep(60)\ndef add(a, b):\n    return a + b\n",
+    "a busy loop that turns off its CPU timer": "import signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
+                                                "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\ndef add(a, b):\n"
+                                                "    signal.setitimer(signal.ITIMER_PROF, 0)\n    while True:\n"
+                                                "        pass\n",
+    "a busy child process, the solution waiting": "import os\ndef add(a, b):\n    read, write = os.pipe()\n"
+                                                  "    if os.fork() == 0:\n        while True:\n            pass\n"
+                                                  "    os.read(read, 1)\n    return a + b\n",
     "a daemon that prints later": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(0.5)\n"
                                   f"    print({RESULT_LINE!r})\n    os._exit(0)\ndef add(a, b):\n    return None\n",
 }
@@ -194,6 +201,81 @@ def test_a_case_that_times_out_fails_and_skips_the_rest():
     result = hidden_tests(ADD, slow_second)
     assert result["passed"] == [True, False, False]
     assert "timed out" in result["errors"][1] and "skipped" in result["errors"][2]
+
+
+def spends(cpu_seconds, then="a + b"):
+    """A solution to ADD that spends `cpu_seconds` of CPU (not of wall clock: the same on any machine) per call."""
+    return (f"import time\ndef add(a, b):\n    start = time.process_time()\n"
+            f"    while time.process_time() - start < {cpu_seconds}:\n        pass\n    return {then}\n")
+
+
+@pytest.fixture
+def one_cpu_second(monkeypatch):
+    """The hidden tests' limits, small for a quick test: 1 CPU second a case, 4 in all, a 5 s wall-clock backstop."""
+    monkeypatch.setattr(sandbox, "TEST_CASE_CPU_S", 1)
+    monkeypatch.setattr(sandbox, "TESTS_CPU_S", 4)
+    monkeypatch.setattr(sandbox, "TEST_WALL_FACTOR", 5)
+
+
+def test_a_verdict_does_not_depend_on_how_busy_the_machine_is(one_cpu_second):
+    """0.6 CPU seconds a case passes under the 1 s CPU limit, alone and beside three busy processes on this machine's
+    cores (where it takes longer than 1 s of wall clock: a wall-clock limit failed it), and 1.5 fails, both times
+    saying which limit it hit."""
+    import os
+    import time
+
+    def verdicts():
+        return [sandbox.run_hidden_tests(spends(seconds), ADD["test"], "add", ADD["prompt"], cache=False)
+                for seconds in (0.6, 1.5)]
+
+    quiet = verdicts()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range((os.cpu_count() or 1) + 1)]
+    try:
+        time.sleep(0.2)
+        start = time.monotonic()
+        loaded = verdicts()
+        loaded_seconds = time.monotonic() - start
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    for fast, slow in (quiet, loaded):
+        assert fast["passed"] == [True, True, True], fast
+        assert slow["passed"] == [False, False, False], slow
+        assert slow["errors"][0] == "timed out (over 1 s of CPU)" and "skipped" in slow["errors"][1], slow
+    assert loaded_seconds > 3 * 0.6 + 1, loaded_seconds  # the machine was busy: 1.8 CPU seconds took longer
+
+
+def test_cpu_spent_in_processes_a_solution_starts_counts(one_cpu_second):
+    """A solution that computes in a child process while it waits spends no CPU of its own: the child's counts."""
+    if sandbox._sandbox_mode().mode == "landlock":
+        pytest.skip("the Landlock mode cannot read /proc: a child is held by its own CPU limit (docs/sandbox.md)")
+    in_a_child = ("import os, time\ndef add(a, b):\n    read, write = os.pipe()\n    if os.fork() == 0:\n"
+                  "        start = time.process_time()\n        while time.process_time() - start < 2:\n"
+                  "            pass\n        os.write(write, str(a + b).encode())\n        os._exit(0)\n"
+                  "    os.close(write)\n    return int(os.read(read, 64))\n")
+    result = sandbox.run_hidden_tests(in_a_child, ADD["test"], "add", ADD["prompt"], cache=False)
+    assert result["passed"] == [False, False, False] and result["errors"][0] == "timed out (over 1 s of CPU)", result
+    quick = in_a_child.replace("< 2:", "< 0.2:")  # the control: the same solution within the limit passes
+    assert sandbox.run_hidden_tests(quick, ADD["test"], "add", ADD["prompt"], cache=False)["passed"] == [True] * 3
+
+
+def test_sleeping_is_held_by_the_wall_clock_backstop(one_cpu_second):
+    """Sleeping spends no CPU: a short sleep passes, one past the backstop (5 x 1 s) fails and says so."""
+    napper = "import time\ndef add(a, b):\n    time.sleep({})\n    return a + b\n"
+    assert sandbox.run_hidden_tests(napper.format(0.3), ADD["test"], "add", ADD["prompt"], cache=False)["passed"] \
+        == [True] * 3
+    result = sandbox.run_hidden_tests(napper.format(30), ADD["test"], "add", ADD["prompt"], cache=False)
+    assert result["passed"] == [False] * 3 and result["errors"][0] == "timed out (over 5 s of wall clock)", result
+
+
+def test_the_solutions_cpu_limit_holds_over_all_its_cases(one_cpu_second):
+    """0.9 CPU seconds a case passes each case's limit, but three of them leave 2.7 of the 2 the solution has."""
+    sandbox_limit = 2
+    sandbox.TESTS_CPU_S = sandbox_limit  # (restored by the fixture's monkeypatch)
+    result = sandbox.run_hidden_tests(spends(0.9), ADD["test"], "add", ADD["prompt"], cache=False)
+    assert result["passed"][:2] == [True, True] and result["passed"][2] is False, result
+    assert result["errors"][2] == "timed out (the solution's 2 s of CPU are spent)", result
 
 
 def test_exceptions_a_test_expects_pass_and_others_fail():

@@ -43,8 +43,8 @@ def test_public_names_are_the_scripts_old_names():
     for name in ("run_python", "run_hidden_tests", "run_hidden_tests_batch", "_SANDBOX", "_Sandbox",
                  "_start_sandbox", "_sandbox_mode", "_run_in_sandbox", "SANDBOX_MODES", "SCORING_THREADS",
                  "PYTHON_WALL_S", "PYTHON_CPU_S", "PYTHON_MEMORY_BYTES", "PYTHON_FILE_BYTES", "PYTHON_TMP_BYTES",
-                 "PYTHON_MAX_PROCESSES", "PYTHON_MAX_CODE_CHARS", "PYTHON_OUTPUT_CHARS", "TEST_CASE_S",
-                 "TESTS_DEADLINE_S", "TEST_ERROR_CHARS", "TEST_REPLY_BYTES"):
+                 "PYTHON_MAX_PROCESSES", "PYTHON_MAX_CODE_CHARS", "PYTHON_OUTPUT_CHARS", "TEST_CASE_CPU_S",
+                 "TESTS_CPU_S", "TEST_WALL_FACTOR", "TEST_ERROR_CHARS", "TEST_REPLY_BYTES"):
         assert hasattr(sandbox, name), name
     assert sandbox.SANDBOX_MODES == ("namespaces", "landlock", "plain")
 
@@ -104,11 +104,11 @@ def test_a_harness_failure_is_not_cached(monkeypatch):
     monkeypatch.setattr(sandbox, "_RESULTS", {})
     real, calls = sandbox._run_in_sandbox, []
 
-    def fails_once(code, stdin=b""):
+    def fails_once(code, stdin=b"", **limits):
         calls.append(code)
         if len(calls) == 1:
             raise RuntimeError("the sandbox ended the call without a result")
-        return real(code, stdin)
+        return real(code, stdin, **limits)
 
     monkeypatch.setattr(sandbox, "_run_in_sandbox", fails_once)
     solution = honest()
@@ -116,7 +116,7 @@ def test_a_harness_failure_is_not_cached(monkeypatch):
     assert failed == {"passed": [], "errors": [], "harness_error": "no result from the harness (RuntimeError)"}
     assert sandbox.run_hidden_tests_batch([solution], [ADD[0]], [ADD[1]], [ADD[2]])[0]["passed"] == [True] * 3
     assert len(calls) == 2  # run again, not the failure handed back
-    monkeypatch.setattr(sandbox, "_run_in_sandbox", lambda code, stdin=b"": pytest.fail("not served from the cache"))
+    monkeypatch.setattr(sandbox, "_run_in_sandbox", lambda *call, **limits: pytest.fail("not served from the cache"))
     again = sandbox.run_hidden_tests(solution, *ADD)
     assert again == {"passed": [True] * 3, "errors": [None] * 3, "harness_error": None}
     again["passed"].clear()  # a caller that changes its result does not change the cache
@@ -137,7 +137,7 @@ def test_the_cache_is_bounded_and_keeps_the_most_recently_used(monkeypatch):
     monkeypatch.setattr(sandbox, "TEST_CACHE_SIZE", 2)
     runs = []
 
-    def canned(code, stdin=b""):
+    def canned(code, stdin=b"", **limits):
         runs.append(json.loads(stdin)["solution"])
         return 0, '\n{"passed": [true], "errors": [null], "harness_error": null}\n', False
 
