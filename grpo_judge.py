@@ -58,7 +58,7 @@ from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.models import unwrap_model_for_generation
 
-try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: README, Two tiers)
+try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: docs/how_it_works.md)
     import instruments
 except ImportError:
     instruments = None
@@ -465,7 +465,7 @@ def criterion_met(response: str, check: dict) -> bool:
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
 # What the script needs to run on its own. What a forker does not edit is imported, one copy for every script: the
-# run instruments (instruments.py), the sandbox (sandbox.py). README: "Which file holds what".
+# run instruments (instruments.py), the sandbox (sandbox.py). docs/how_it_works.md: "Which file holds what".
 # %% [markdown]
 # ## Flags
 # The flags (and YAML), with the offline demo's settings when there is no GPU, and the settings they imply.

@@ -43,16 +43,16 @@ From Python or a notebook: `import grpo_search; grpo_search.main(["--max_steps",
 What to expect
     CPU demo (measured, 2 cores): "Where was the mentor of Scholar 318 born?" needs two searches over made-up
     scholars; the tiny model imitated a sloppy teacher that often answers with the scholar's own town. Greedy, it
-    answers 0.22 of the held-out questions right; after 80 steps (about 1.3 minutes), 0.78 (README.md: more figures).
+    answers 0.22 of the held-out questions right; after 80 steps (about 1.3 minutes), 0.78 (docs/grpo_search.md: more).
     GPU (estimates): Qwen2.5-0.5B-Instruct calls the tools from the start but rarely chains two searches; a few
     hundred steps on HotpotQA raise exact match by a few points.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json, training_curves.png and
-every evaluated rollout in eval_*.jsonl (README: Watching a run).
+every evaluated rollout in eval_*.jsonl (docs/watching.md).
 
 How this departs from textbook GRPO: as grpo_tools.py (beta = 0, DAPO token-level loss, one optimisation step per
 generation batch, a weighted rubric, tool results masked out of the loss); --turn_credit gives per-turn advantages.
 
-Model support: as grpo_tools.py (the chat templates TRL drives tool calls with; README: grpo_tools.py, Models).
+Model support: as grpo_tools.py (the chat templates TRL drives tool calls with; docs/grpo_tools.md, Models).
 """
 
 import copy, functools, hashlib, inspect, json, os, re, shutil, string, sys, tempfile, time  # noqa: E401
@@ -67,7 +67,7 @@ try:  # --max_context_tokens: the tool loop that folds, one copy (without it the
     import context_folding
 except ImportError:
     context_folding = None
-try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: README, Two tiers)
+try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: docs/how_it_works.md)
     import instruments
 except ImportError:
     instruments = None
@@ -677,7 +677,7 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
 # What the script needs to run on its own. What a forker does not edit is imported, one copy for every script: the
-# run instruments (instruments.py), the sandbox (sandbox.py). README: "Which file holds what".
+# run instruments (instruments.py), the sandbox (sandbox.py). docs/how_it_works.md: "Which file holds what".
 # %% [markdown]
 # ## The search index
 # BM25 over the corpus with bm25s, built once and cached on disk (index_folder says where).
@@ -716,12 +716,19 @@ class SearchIndex:
     def search(self, query: str, k: int) -> tuple[str, ...]:
         """Ids of the (at most) k best-matching documents, best first; none when no query word is in the corpus."""
         import bm25s
+        import numpy as np
 
         tokens = bm25s.tokenize([query], stopwords=INDEX_STOPWORDS, return_ids=False, show_progress=False)
-        if not tokens[0]:
+        token_ids = self.retriever.get_tokens_ids(tokens[0])  # words the corpus never uses are left out
+        if not token_ids:
             return ()
-        found, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False, n_threads=1)
-        return tuple(self.ids[i] for i, s in zip(found[0], scores[0]) if s > 0)
+        scores = self.retriever.get_scores(token_ids)
+        k = min(k, len(scores))
+        # Equal scores are ranked in corpus order. (bm25s's own top-k leaves ties in whatever order numpy's sort
+        # gives, and that differs between CPUs: the same run would see different results on another machine.)
+        candidates = np.flatnonzero(scores >= np.partition(scores, -k)[-k]) if k < len(scores) else np.arange(k)
+        best = candidates[np.argsort(-scores[candidates], kind="stable")][:k]
+        return tuple(self.ids[i] for i in best if scores[i] > 0)
 
     def pages(self, doc_id: str, page_chars: int) -> list[str]:
         """A document's text cut into pages of about page_chars characters, at spaces."""
