@@ -71,7 +71,7 @@ except ImportError:
     sys.exit("grpo_code.py needs sandbox.py, which runs the model's code and the hidden tests: copy it from the "
              "repository beside this script")
 
-try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: README, Two tiers)
+try:  # the run instruments: the monitor, mid-run evaluation, replay, plots, eval.json (optional: docs/how_it_works.md)
     import instruments
 except ImportError:
     instruments = None
@@ -399,7 +399,7 @@ RUBRIC = [
 # held-out metrics `evaluate` reports before and after training, and the reward the run monitor watches.
 # %%
 OUTCOME_REWARD = "tests_passed_reward"  # the reward the run monitor compares the others with
-HELD_OUT_TABLE = ("accuracy", "tests_passed", "compiles", "tool_call_success", "mean_tool_calls")  # printed at the end
+HELD_OUT_TABLE = ("accuracy", "tests_passed", "compiles", "timed_out", "tool_call_success", "mean_tool_calls")  # printed
 ACCURACY_IS = "pass@1 on the hidden tests"
 
 
@@ -432,7 +432,10 @@ def replay_environment(script_args, row: dict):
 
 def run_facts(script_args) -> dict:
     """What eval.json records about the run besides the model, the dataset and the scores."""
-    return {"eval_dataset": script_args.eval_dataset_name}
+    import sandbox  # the hidden tests' time limits: a verdict a limit decided depends on them
+
+    return {"eval_dataset": script_args.eval_dataset_name, "test_limits": {
+        "case_cpu_s": sandbox.TEST_CASE_CPU_S, "solution_cpu_s": sandbox.TESTS_CPU_S, "wall_factor": sandbox.TEST_WALL_FACTOR}}
 
 
 def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectories: Path | None = None,
@@ -461,6 +464,9 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
                / len(greedy),
                "compiles": sum(codes[i] is not None and defines(codes[i], columns["entry_point"][i])
                                for i in greedy) / len(greedy),
+               # a time limit, not the code, decided these: many means the limits (sandbox.TEST_*) are too tight
+               "timed_out": sum(any(str(e).startswith("timed out") for e in results[i]["errors"]) for i in greedy)
+               / len(greedy),
                "tool_call_success": (calls - failures) / calls if calls else 0.0,
                "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
                "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
@@ -483,7 +489,7 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
 # ---- machinery: the same in every script, held identical by tests; you rarely need to edit below ----
 #
 # What the script needs to run on its own. What a forker does not edit is imported, one copy for every script: the
-# run instruments (instruments.py), the sandbox (sandbox.py). README: "Which file holds what".
+# run instruments (instruments.py), the sandbox (sandbox.py). docs/how_it_works.md: "Which file holds what".
 # %% [markdown]
 # ## Task layouts
 # Rows of HumanEval, MBPP, LeetCode (a class), stdin/stdout sets (CodeContests, APPS) or your own columns become

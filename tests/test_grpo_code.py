@@ -303,11 +303,14 @@ def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
     for when in ("before", "after"):
         scores = evaluation[when]
         assert scores["num_examples"] == 16
-        for key in ("accuracy", "tests_passed", "compiles", "tool_call_success"):
+        for key in ("accuracy", "tests_passed", "compiles", "timed_out", "tool_call_success"):
             assert 0 <= scores[key] <= 1
     assert (out / "training_curves.png").exists() and (out / "checkpoint-2").is_dir()
     rows = [json.loads(line) for line in (out / "eval_after.jsonl").read_text().splitlines()]
     assert len(rows) == 16
+    timed_out = sum(any(str(e).startswith("timed out") for e in row["completions"][0]["tests"]["errors"]) for row in rows)
+    assert evaluation["after"]["timed_out"] == pytest.approx(timed_out / 16)  # the verdicts a time limit decided
+    assert evaluation["test_limits"] == {"case_cpu_s": 2, "solution_cpu_s": 4, "wall_factor": 5}  # and the limits
     right = 0
     for row in rows:
         completion = row["completions"][0]
