@@ -716,19 +716,12 @@ class SearchIndex:
     def search(self, query: str, k: int) -> tuple[str, ...]:
         """Ids of the (at most) k best-matching documents, best first; none when no query word is in the corpus."""
         import bm25s
-        import numpy as np
 
         tokens = bm25s.tokenize([query], stopwords=INDEX_STOPWORDS, return_ids=False, show_progress=False)
-        token_ids = self.retriever.get_tokens_ids(tokens[0])  # words the corpus never uses are left out
-        if not token_ids:
+        if not tokens[0]:
             return ()
-        scores = self.retriever.get_scores(token_ids)
-        k = min(k, len(scores))
-        # Equal scores are ranked in corpus order. (bm25s's own top-k leaves ties in whatever order numpy's sort
-        # gives, and that differs between CPUs: the same run would see different results on another machine.)
-        candidates = np.flatnonzero(scores >= np.partition(scores, -k)[-k]) if k < len(scores) else np.arange(k)
-        best = candidates[np.argsort(-scores[candidates], kind="stable")][:k]
-        return tuple(self.ids[i] for i in best if scores[i] > 0)
+        found, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False, n_threads=1)
+        return tuple(self.ids[i] for i, s in zip(found[0], scores[0]) if s > 0)
 
     def pages(self, doc_id: str, page_chars: int) -> list[str]:
         """A document's text cut into pages of about page_chars characters, at spaces."""

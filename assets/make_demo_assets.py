@@ -81,8 +81,8 @@ The long-horizon search demo (assets/toy_search_long/, assets/tiny-qwen-search-l
 2. Model: the search demo's model and tokenizer, trained further on the teacher's conversations cut
    into the segments grpo_search.py's folding makes at the demo's window (1024 tokens). It takes
    3000 steps to copy a mentor's number from a page into the next call reliably (at 400 the model
-   miscopied, and GRPO had no right chains to reinforce): about an hour on 2 CPU cores (the shipped
-   model was built that way), 2.5 minutes with `--device cuda`.
+   miscopied, and GRPO had no right chains to reinforce): about an hour on 2 CPU cores, 2.5 minutes
+   with `--device cuda` (the shipped model was built that way; its fingerprint matches a CPU rebuild).
 3. Warm start: a sloppy teacher once more: in 60% of its conversations it answers after the first
    scholar with that scholar's own town; otherwise it follows the mentors up to the founder.
 
