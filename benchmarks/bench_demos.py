@@ -106,6 +106,8 @@ def main():
     parser.add_argument("--figure", type=Path, default=FIGURE, help="the math log drawn by plot_curves")
     parser.add_argument("--add", action="store_true",
                         help="add these runs to those in --out (the math log and figure are left as they are)")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --add: these demos' earlier runs are dropped (their model was rebuilt)")
     args = parser.parse_args()
     demos = args.demos.split(",")
     if set(demos) - set(DEMOS) or args.runs < 1:
@@ -113,7 +115,7 @@ def main():
     runs, invocations = {demo: [] for demo in demos}, []
     if args.add and args.out.exists():
         earlier = json.loads(args.out.read_text())
-        runs = earlier["runs"] | {demo: runs[demo] for demo in demos if demo not in earlier["runs"]}
+        runs = earlier["runs"] | {demo: runs[demo] for demo in demos if demo not in earlier["runs"] or args.replace}
         invocations = earlier.get("invocations", [])
     settings = vars(args) | {key: str(getattr(args, key)) for key in ("out", "math_log", "figure")}
     invocations.append({"date": datetime.date.today().isoformat(), "loadavg": os.getloadavg()[0]} | settings)
