@@ -70,7 +70,7 @@ def nobody_can_read(path) -> bool:
 
 @pytest.mark.parametrize("mode", [m for m in ("namespaces", "landlock") if AVAILABLE[m]])
 def test_every_harness_hack_fails_in_each_mode(mode):
-    """tests/test_code_harness.py's 18 hacks, and its honest control, in each contained mode."""
+    """tests/test_code_harness.py's 20 hacks, and its honest control, in each contained mode."""
     box = sandbox._start_sandbox(mode, [])
     saved = sandbox._SANDBOX
     sandbox._SANDBOX = box
