@@ -397,9 +397,22 @@ def examples(load):
     ]
 
 
+def verdicts(load):
+    """The hidden tests' verdicts alone and on a busy machine, under CPU limits and under wall-clock ones."""
+    report = load("verdicts")
+    cpu, wall, n = report["regimes"]["cpu limits"], report["regimes"]["wall limits"], report["solutions"]
+    loads = list(cpu)
+    return [
+        f"| {report['date']} (results/verdicts.json): CPU limits: " + ", ".join(
+            f"{cpu[x]['all_passed']} of {n} pass at {x} ({cpu[x]['flips']} flips)" for x in loads)
+        + "; wall-clock limits: " + ", ".join(
+            f"{wall[x]['all_passed']} of {n} pass at {x} ({wall[x]['flips']} flips)" for x in loads) + " |",
+    ]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, families, overhead, recipe,
-                                              examples)}
+                                              examples, verdicts)}
 
 
 @pytest.mark.parametrize("name", CHECKS)
