@@ -866,7 +866,8 @@ def check_limits():
     global last_look
     now = time.monotonic()
     if now >= case_deadline:
-        raise Failed(f"timed out (over {case_wall:g} s of wall clock)")
+        raise Failed(f"timed out (over {case_wall:g} s of wall clock)" if now < deadline else
+                     f"timed out (the solution's {deadline_wall:g} s of wall clock are spent)")
     if now - last_look < POLL_S:
         return
     last_look = now
@@ -1033,6 +1034,7 @@ sys.stdin.close()
 sys.set_int_max_str_digits(0)
 stop, deadline = None, time.monotonic() + job["solution_cpu"] * job["wall_factor"]
 case_deadline, case_wall = deadline, job["case_cpu"] * job["wall_factor"]
+deadline_wall = job["solution_cpu"] * job["wall_factor"]
 CASE_CPU_OUT = f"timed out (over {job['case_cpu']:g} s of CPU)"
 SOLUTION_CPU_OUT = f"timed out (the solution's {job['solution_cpu']:g} s of CPU are spent)"
 cpu_at_start = cpu_at_case = solution_cpu()
@@ -1190,6 +1192,10 @@ def run_hidden_tests(solution: str, tests: str, entry_point: str, setup: str = "
                 _RESULTS[key] = result = _RESULTS.pop(key)  # the most recently used goes last
                 return {name: list(value) if isinstance(value, list) else value for name, value in result.items()}
     _sandbox_mode()  # a misconfiguration raises here, outside the handler below that turns failures into a score
+    for old, new in (("TEST_CASE_S", "TEST_CASE_CPU_S"), ("TESTS_DEADLINE_S", "TESTS_CPU_S")):
+        if old in globals():  # set by a caller who read older docs: it would change nothing, silently
+            raise RuntimeError(f"sandbox.{old} is no longer read: the hidden tests limit CPU time now; set "
+                               f"sandbox.{new} (and TEST_WALL_FACTOR, the wall-clock backstop) instead")
     job = {"setup": setup, "solution": solution, "entry_point": entry_point, "tests": tests,
            "case_cpu": TEST_CASE_CPU_S, "solution_cpu": TESTS_CPU_S, "wall_factor": TEST_WALL_FACTOR,
            "error_chars": TEST_ERROR_CHARS,

@@ -269,13 +269,22 @@ def test_sleeping_is_held_by_the_wall_clock_backstop(one_cpu_second):
     assert result["passed"] == [False] * 3 and result["errors"][0] == "timed out (over 5 s of wall clock)", result
 
 
-def test_the_solutions_cpu_limit_holds_over_all_its_cases(one_cpu_second):
+def test_the_solutions_cpu_limit_holds_over_all_its_cases(one_cpu_second, monkeypatch):
     """0.9 CPU seconds a case passes each case's limit, but three of them leave 2.7 of the 2 the solution has."""
-    sandbox_limit = 2
-    sandbox.TESTS_CPU_S = sandbox_limit  # (restored by the fixture's monkeypatch)
+    monkeypatch.setattr(sandbox, "TESTS_CPU_S", 2)
     result = sandbox.run_hidden_tests(spends(0.9), ADD["test"], "add", ADD["prompt"], cache=False)
     assert result["passed"][:2] == [True, True] and result["passed"][2] is False, result
     assert result["errors"][2] == "timed out (the solution's 2 s of CPU are spent)", result
+
+
+def test_a_limit_set_under_its_old_name_is_refused(monkeypatch):
+    """`sandbox.TEST_CASE_S = 3`, as older docs said: it would change nothing, so scoring stops in one line that
+    names the limit that replaced it."""
+    for old, new in (("TEST_CASE_S", "TEST_CASE_CPU_S"), ("TESTS_DEADLINE_S", "TESTS_CPU_S")):
+        monkeypatch.setattr(sandbox, old, 3, raising=False)
+        with pytest.raises(RuntimeError, match=f"sandbox.{old} is no longer read.*set sandbox.{new}"):
+            sandbox.run_hidden_tests_batch([spends(0)], [ADD["test"]], ["add"], [ADD["prompt"]])
+        monkeypatch.delattr(sandbox, old)
 
 
 def test_exceptions_a_test_expects_pass_and_others_fail():
