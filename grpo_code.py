@@ -352,10 +352,13 @@ def extract_answer(text: str):
 PARTIAL_CREDIT = 0.2  # for the share of test cases passed; the rest only when every case passes
 
 
-def tests_passed_reward(completions, tests, entry_point, setup, **kwargs) -> list[float]:
+def tests_passed_reward(completions, tests, entry_point, setup, log_metric=None, **kwargs) -> list[float]:
     """0.2 x the share of hidden test cases the final code passes, + 0.8 if it passes them all; 0.0 without code."""
     codes = [extract_answer(completion_text(c)) for c in completions]
     results = run_hidden_tests_batch(codes, tests, entry_point, setup)
+    if log_metric:  # the rollouts a time limit, not the code, decided (sandbox.TEST_*): the run monitor watches it
+        log_metric("tests/timed_out", sum(any(str(e).startswith("timed out") for e in r["errors"])
+                                          for r in results) / len(results))
     return [PARTIAL_CREDIT * sum(r["passed"]) / len(r["passed"]) + (1 - PARTIAL_CREDIT) * all(r["passed"])
             if r["passed"] else 0.0 for r in results]
 
@@ -472,6 +475,8 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
                "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
     if samples:
         metrics.update(instruments.sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
+        metrics["rollouts_timed_out"] = sum(any(str(e).startswith("timed out") for e in r["errors"])
+                                            for r in results) / len(results)  # the signal report counts them
     if trajectories is not None and trainer.accelerator.is_main_process:  # given with instruments.py
         scores = instruments.score(RUBRIC, flat, environments=envs, **columns)
         with open(trajectories, "a", encoding="utf-8") as f:

@@ -404,9 +404,13 @@ def signal_report(metrics: dict) -> str:
     advice = ("most groups are all wrong: warm-start the model (SFT), use an easier split, or add a partial-credit "
               "reward" if signal["all_wrong"] >= 0.5 else "most groups are all right: use harder data"
               if signal["all_right"] >= 0.5 else "enough mixed groups: GRPO has something to learn from")
+    timed_out = metrics.get("rollouts_timed_out")  # grpo_code.py: rollouts whose hidden tests hit a time limit
+    limits = (f" {timed_out:.0%} of rollouts failed on a time limit: the limits (sandbox.TEST_*), not only the code, "
+              "decided their reward." if timed_out else "")
     return (f"signal report ({metrics['num_examples']} questions x {n} samples): pass@1 {metrics['pass@1']:.2f}, "
             f"pass@{n} {metrics[f'pass@{n}']:.2f}; all wrong {signal['all_wrong']:.0%}, mixed {signal['mixed']:.0%}, "
-            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. {advice}")
+            f"all right {signal['all_right']:.0%}: {signal['all_wrong'] + signal['all_right']:.0%} of groups give no signal. "
+            f"{advice}{limits}")
 
 
 # ---- Watching the run: the monitor and its thresholds (each with the reason for its value), mid-run
@@ -425,6 +429,8 @@ EARLY = 0.3             # ... within the first 30% of the run: the policy stoppe
 DISPUTED = 0.02         # the reward paid in full this share of one logged point's rollouts that the hack lab's
                         # detector fails (hack/disputed): the onset's threshold. One point is enough: a disputed
                         # rollout is not the noise of a mean but an answer paid that a second grader rejects
+TIME_LIMITED = 0.10     # a time limit decided this share of the rollouts' hidden tests (tests/timed_out, grpo_code.py)
+                        # over the window: then the limits (sandbox.TEST_*) shape the reward as much as the code does
 
 
 def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, max_steps: int,
@@ -452,6 +458,11 @@ def monitor_warnings(log_history: list[dict], outcome: str, max_reward: float, m
     if len(train) < MONITOR_WINDOW:
         return found
     head, tail = train[:MONITOR_WINDOW], train[-MONITOR_WINDOW:]
+    timed_out = mean("tests/timed_out", tail)
+    if timed_out is not None and timed_out >= TIME_LIMITED:
+        warn("time_limited", f"a time limit decided {timed_out:.0%} of the rollouts' hidden tests over the last "
+             f"{MONITOR_WINDOW} logged points: the limits, not only the code, set their reward. Read their errors in "
+             "report.html; raise sandbox.TEST_CASE_CPU_S and TESTS_CPU_S if right answers are slow")
     if len(evals) >= 2 and evals[-1][0] > evals[0][0]:
         before = [e for e in train if e["step"] <= evals[0][0]][-MONITOR_WINDOW:] or head
         after = [e for e in train if e["step"] <= evals[-1][0]][-MONITOR_WINDOW:]
@@ -804,6 +815,9 @@ def plot_curves(log_history: list[dict], path: Path):
         if held_out_hacks:
             axes[1].plot(*zip(*held_out_hacks), color="darkred", marker="s", linestyle="", label="held-out hack rate")
         axes[1].set_title("reward components (0-1) and the hack rate (red)")
+    if any("tests/timed_out" in entry for entry in logs):  # grpo_code.py: a time limit, not the code, decided these
+        axes[1].plot(steps, [entry.get("tests/timed_out", math.nan) for entry in logs], color="gray", linestyle=":",
+                     label="hidden tests timed out")
     axes[1].legend(fontsize=8)
     axes[2].plot(steps, [entry.get("completions/mean_length", math.nan) for entry in logs], color="tab:purple")
     axes[2].set_title("mean completion length (tokens)")

@@ -119,7 +119,8 @@ def held_out(folder: Path, outcome: str | None, budget: int) -> dict:
                                                   "results": {}})
             question["results"][label] = {"right": right(greedy.get("rewards"), outcome), "text": greedy.get("text"),
                                           "parsed": greedy.get("parsed_answer"), "total": greedy.get("total"),
-                                          "hack": greedy.get("hack"), "criteria": criteria_of(row)}
+                                          "hack": greedy.get("hack"), "criteria": criteria_of(row),
+                                          "time_limit": time_limit_of(greedy)}
     questions = list(questions.values())
     # Texts: every evaluation's where they fit, else the first and last evaluations' only (the marks all stay)
     ends = {evaluations[0], evaluations[-1]} if evaluations else set()
@@ -132,6 +133,14 @@ def held_out(folder: Path, outcome: str | None, budget: int) -> dict:
         q["flip"] = ("wrong to right" if first is False and last is True else
                      "right to wrong" if first is True and last is False else None)
     return {"evaluations": evaluations, "questions": questions, "texts_of_every_evaluation": size <= budget}
+
+
+def time_limit_of(completion: dict) -> str | None:
+    """Which time limit decided a code answer's hidden tests (grpo_code.py's `tests`), e.g. "timed out (over 2 s of
+    CPU)"; None where none did, or the answer has no tests."""
+    tests = completion.get("tests")
+    errors = tests.get("errors") if isinstance(tests, dict) else None
+    return next((cut(e, 200) for e in errors or [] if isinstance(e, str) and e.startswith("timed out")), None)
 
 
 def criteria_of(row: dict) -> list | None:
@@ -492,9 +501,11 @@ function drawGroups() {
   s.appendChild(el("h2", {text: "Held-out questions"}));
   if (!H.questions.length) { s.appendChild(el("p", {class: "note", text: "No eval_*.jsonl in this run folder."})); return; }
   const flips = H.questions.filter(q => q.flip);
+  const limited = H.questions.reduce((n, q) => n + Object.values(q.results).filter(r => r.time_limit).length, 0);
   s.appendChild(el("p", {class: "note", id: "h-summary", text: H.questions.length + " questions; greedy answer right (green) or wrong (red) at each evaluation. " +
     H.questions.filter(q => q.flip === "wrong to right").length + " flipped wrong to right, " +
     H.questions.filter(q => q.flip === "right to wrong").length + " right to wrong (first against last evaluation). Click a row for the answers." +
+    (limited ? " " + limited + " answers failed on a time limit, marked (time limit): the limits, not only the code, decided them." : "") +
     (H.texts_of_every_evaluation ? "" : " Texts kept for the first and last evaluations only.")}));
   const select = el("select", {id: "h-filter", onchange: draw}, el("option", {value: "all", text: "all questions"}),
     el("option", {value: "flipped", text: "flipped (" + flips.length + ")"}), el("option", {value: "wrong to right", text: "wrong to right"}),
@@ -510,11 +521,12 @@ function drawGroups() {
       if (query && !lastUser(q.prompt).toLowerCase().includes(query)) continue;
       const cells = H.evaluations.map(e => {
         const r = q.results[e];
-        return r ? el("td", {class: r.right === true ? "r" : r.right === false ? "w" : "", text: (r.right === true ? "right" : r.right === false ? "wrong" : "?") + (r.hack ? " (hack)" : "")}) : el("td", {text: ""});
+        return r ? el("td", {class: r.right === true ? "r" : r.right === false ? "w" : "", title: r.time_limit || "", text: (r.right === true ? "right" : r.right === false ? "wrong" : "?") + (r.hack ? " (hack)" : "") + (r.time_limit ? " (time limit)" : "")}) : el("td", {text: ""});
       });
       const detail = el("tr", {class: "detail", style: "display:none"}, el("td", {colspan: String(H.evaluations.length + 3)},
         ...H.evaluations.filter(e => q.results[e] && q.results[e].text !== null).map(e =>
-          el("details", {open: ""}, el("summary", {text: e + ": answer " + asText(q.results[e].parsed).trim().slice(0, 100)}), conversation(q.results[e].text),
+          el("details", {open: ""}, el("summary", {text: e + ": answer " + asText(q.results[e].parsed).trim().slice(0, 100) +
+            (q.results[e].time_limit ? " | hidden tests: " + q.results[e].time_limit : "")}), conversation(q.results[e].text),
             ...(q.results[e].criteria ? [criteriaTable(q.results[e].criteria)] : [])))));
       const row = el("tr", {class: "question" + (q.flip ? " flip" : ""), onclick: () => { detail.style.display = detail.style.display ? "" : "none"; }},
         el("td", {text: lastUser(q.prompt).slice(0, 200)}), el("td", {text: asText(q.answer).slice(-60)}), ...cells,

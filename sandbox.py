@@ -6,7 +6,7 @@ standard library (no torch, no transformers, no project imports): copy it beside
 
 What is here, in order:
 - The limits, module constants: PYTHON_* for a call, TEST_* and SCORING_THREADS for the hidden tests. Change one
-  before the first call, e.g. `import sandbox; sandbox.PYTHON_WALL_S = 10`: the sandbox's zygote reads the
+  before the first call, e.g. `import sandbox; sandbox.PYTHON_CPU_S = 10`: the sandbox's zygote reads the
   memory, file and process limits once, when it starts; the others (time included) are read at each call.
 - The sandbox: `_SANDBOX_ZYGOTE` (one waiting interpreter that forks a contained process per call), `_Sandbox`,
   `SANDBOX_MODES`, `_start_sandbox`, `_sandbox_mode` (the strongest mode that works here, or GRPO_SANDBOX's),
@@ -17,7 +17,7 @@ What is here, in order:
   `run_hidden_tests_batch` (many, in parallel), for a function, a class's method (`Solution().twoSum`) or a program
   that reads stdin (`STDIN_PROGRAM`). The comment above the harness says why it cannot be fooled.
 
-What a call contains, in short (in full above `run_python`): in every mode 5 s, 5 s of CPU, 512 MB, 1 MB per file,
+What a call contains, in short (in full above `run_python`): in every mode 5 s of CPU (a 25 s wall-clock backstop), 512 MB, 1 MB per file,
 an empty environment, a fresh fork of one clean interpreter, and (x86_64, aarch64) a seccomp filter that refuses
 the kernel's risky interfaces (io_uring, bpf, perf_event_open, userfaultfd, keyrings, modules, kexec, ptrace,
 process_vm_*, mounts and new namespaces, open_by_handle_at, personality). Mode "namespaces" (root, or user
@@ -39,9 +39,9 @@ accident: the reward function in the script just calls run_hidden_tests_batch.
 import array, atexit, concurrent.futures, glob, json, math, os, re, shutil, signal, socket, subprocess  # noqa: E401
 import sys, sysconfig, tempfile, threading, warnings  # noqa: E401
 
-# ---- limits: module constants; set one before the first call (`sandbox.PYTHON_WALL_S = 10`)
-PYTHON_WALL_S = 5                 # wall-clock limit of one run_python call
-PYTHON_CPU_S = 5                  # CPU seconds (SIGXCPU)
+# ---- limits: module constants; set one before the first call (`sandbox.PYTHON_CPU_S = 10`)
+PYTHON_CPU_S = 5                  # CPU seconds one run_python call may take, all its processes together
+PYTHON_WALL_S = 25                # its wall-clock backstop, for code that sleeps or blocks (5x: a busy machine's room)
 PYTHON_MEMORY_BYTES = 512 * 2**20  # address space (RLIMIT_AS): large allocations raise MemoryError
 PYTHON_FILE_BYTES = 2**20         # any one file, its captured output included (RLIMIT_FSIZE)
 PYTHON_TMP_BYTES = 64 * 2**20     # the call's whole /tmp (its working directory); /dev/shm gets a quarter
@@ -65,6 +65,44 @@ SCORING_THREADS = min(16, 2 * (os.cpu_count() or 1))
 # ---- the sandbox behind `run_python`: the zygote, its modes, and starting one
 _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 
+# What a call's processes have used, read from /proc: one copy, for the zygote (a run_python call's CPU limit) and the
+# hidden-test harness (a case's and a solution's). Counting CPU, not the clock, is what keeps a verdict the same on a
+# busy machine; each process also holds RLIMIT_CPU, which stops it alone where this count cannot see it.
+_PROCESS_TREE_CPU = r"""
+def process_tree_cpu(me):
+    # CPU seconds used by the processes process `me` started: its descendants, living or ended, with what their ended
+    # children used (and, where `me`'s parent is PID 1 of a namespace of the call's own, the orphans PID 1 adopted).
+    # Not `me`'s own. None where /proc cannot be read (inside a call of the Landlock mode).
+    try:
+        stats = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].split()
+                except OSError:
+                    continue  # ended meanwhile
+                stats[int(name)] = [int(x) for x in fields[1:2] + fields[11:15]]  # ppid; utime, stime, cutime, cstime
+    except OSError:
+        return None
+    if me not in stats:
+        return None
+    children = {}
+    for pid, (ppid, *_) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    roots = list(children.get(me, []))
+    if stats[me][0] == 1:  # a PID namespace of the call's own: PID 1 adopts orphans, all of them the call's
+        roots += [pid for pid in children.get(1, []) if pid != me]
+    ticks, seen = sum(stats[me][3:5]), set()  # `me`'s ended children, whose time the kernel added to its own
+    while roots:
+        pid = roots.pop()
+        if pid not in seen:
+            seen.add(pid)
+            ticks += sum(stats[pid][1:5])
+            roots += children.get(pid, [])
+    return ticks / os.sysconf("SC_CLK_TCK")
+"""
+
 # The zygote: one Python process started once, inside its own mount and PID namespaces. It builds a read-only root
 # that holds only the interpreter, its standard library and the libraries they load, moves into it (pivot_root)
 # and waits. For each call it forks a child that takes fresh mount, PID, network, IPC and UTS namespaces and a
@@ -72,7 +110,8 @@ _SANDBOX, _SANDBOX_LOCK = None, threading.Lock()
 # waiting interpreter costs far less than starting one, and every call starts from the same clean state: the
 # zygote never reads code itself, so nothing of one call can reach another through it.
 _SANDBOX_ZYGOTE = r"""
-import array, ctypes, json, os, resource, shutil, signal, socket, stat, struct, sys, traceback, types
+import array, ctypes, json, os, resource, shutil, signal, socket, stat, struct, sys, time, traceback, types
+exec(PROCESS_TREE_CPU)
 cfg, libc = json.loads(sys.argv[1]), ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 control = socket.socket(fileno=cfg["control"])
@@ -314,12 +353,27 @@ def serve(connection, stdin, wall, cpu):  # one call, in a child of the zygote; 
             run_code(path, source, stdin, output, work)
         finally:
             os._exit(1)  # run_code ends with os._exit itself: this is only reached if it failed before the code ran
-    timed_out = []
-    signal.signal(signal.SIGALRM, lambda *_: (timed_out.append(1), os.kill(pid, signal.SIGKILL)))
-    signal.alarm(wall)
+    # The call's limits, looked at every 0.1 s while it runs: CPU seconds of all its processes together (each also
+    # holds RLIMIT_CPU alone), and the wall clock, a backstop for code that sleeps or blocks
+    over, start, me = [], time.monotonic(), os.getpid()
+
+    def look(*_):
+        if time.monotonic() - start >= wall:
+            over.append(124)  # the wall-clock backstop
+        elif (process_tree_cpu(me) or 0) > cpu:
+            over.append(128 + signal.SIGXCPU)  # what one process over its RLIMIT_CPU reports
+        if over:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # it ended meanwhile
+
+    signal.signal(signal.SIGALRM, look)
+    signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
     status = os.waitpid(pid, 0)[1]
-    signal.alarm(0)
-    rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    rc = over[0] if over else os.waitstatus_to_exitcode(status)
     if not cfg["namespaces"]:  # no PID namespace: kill what is left of the code's process group, remove its folder
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -360,7 +414,7 @@ while True:
     finally:
         for fd in fds:
             os.close(fd)
-"""
+""".replace("exec(PROCESS_TREE_CPU)", _PROCESS_TREE_CPU)
 
 
 def _sandbox_files():
@@ -552,8 +606,9 @@ atexit.register(_close_at_exit)
 #   root, the code runs as "nobody" with no_new_privs and at most 64 processes; in a user namespace it keeps no
 #   capabilities. It has no descriptor of the sandbox's: its output goes to a file with no name, and the status is
 #   reported by a process it cannot trace or signal.
-# - Always: 5 s wall clock, 5 s CPU, 512 MB address space, 1 MB per file written (its captured output included;
-#   2,000 characters come back), no core dumps, an empty environment (PATH and LANG only), `python -I` semantics,
+# - Always: 5 s of CPU, all the call's processes together (each also holds RLIMIT_CPU), so that a busy machine
+#   does not change what a call returns; 25 s of wall clock as a backstop for code that sleeps or blocks; 512 MB
+#   address space, 1 MB per file written (its captured output included; 2,000 characters come back), no core dumps, an empty environment (PATH and LANG only), `python -I` semantics,
 #   and every call a fork of the same clean interpreter (the code never sees another call's code or state).
 #   And (x86_64, aarch64) a seccomp filter, put on last before the code runs with no_new_privs, that refuses with
 #   EPERM: ptrace, process_vm_readv/writev, mount, umount2, pivot_root, chroot, unshare, setns, clone with any
@@ -582,7 +637,7 @@ atexit.register(_close_at_exit)
 def run_python(code: str) -> str:
     """Run a short Python program in a throwaway sandbox and return what it prints (stdout and stderr).
 
-    Limits: 5 seconds, 512 MB of memory, the standard library only, no network; files it writes are discarded,
+    Limits: 5 seconds of CPU, 512 MB of memory, the standard library only, no network; files it writes are discarded,
     so print what you need.
 
     Args:
@@ -608,9 +663,9 @@ def run_python(code: str) -> str:
     if flooded:  # Python ignores SIGXFSZ: its writes fail instead, and so does printing the traceback
         reason = f"the output exceeded the size limit ({PYTHON_FILE_BYTES // 2**20} MB)"
     elif rc == 124:
-        reason = f"timed out after {PYTHON_WALL_S} s"
+        reason = f"timed out (over {PYTHON_WALL_S:g} s of wall clock: the code sleeps or waits)"
     elif rc == 128 + signal.SIGXCPU:
-        reason = f"CPU time limit ({PYTHON_CPU_S} s) exceeded"
+        reason = f"timed out (over {PYTHON_CPU_S:g} s of CPU)"
     elif rc - 128 in signals:  # SIGKILL: the hard CPU limit; SIGSEGV: often a C extension out of memory
         reason = f"killed by {signals[rc - 128]}"
     else:
@@ -819,45 +874,16 @@ class Failed(Exception):
     """The solution failed this call: it raised, crashed, ran out of time or returned something not plain data."""
 
 
-POLL_S, TICKS = 0.05, os.sysconf("SC_CLK_TCK")
+POLL_S = 0.05
 last_look = 0.0
+exec(PROCESS_TREE_CPU)
 
 
 def solution_cpu():
-    """CPU seconds the solution's processes have used, every one it started included: this process's descendants
-    (and, in a PID namespace of the call's own, the orphans its PID 1 adopted), with what their finished children
-    used. None where /proc cannot be read (the Landlock mode): there each process's own limits stop it."""
-    try:
-        stats = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/stat", "rb") as f:
-                        fields = f.read().rsplit(b")", 1)[1].split()
-                except OSError:
-                    continue  # ended meanwhile
-                stats[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))  # ppid; user+system, own and children's
-    except OSError:
-        return None
-    me = os.getpid()
-    if me not in stats:
-        return None
-    children = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    roots = [pid for pid in children.get(me, [])]
-    if stats[me][0] == 1:  # a PID namespace of the call's own: PID 1 adopts orphans, all of them the solution's
-        roots += [pid for pid in children.get(1, []) if pid != me]
-    with open(f"/proc/{me}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    ticks, seen = int(fields[13]) + int(fields[14]), set()  # this process's finished children: workers gone
-    while roots:
-        pid = roots.pop()
-        if pid not in seen:
-            seen.add(pid)
-            ticks += stats[pid][1]
-            roots += children.get(pid, [])
-    return ticks / TICKS
+    """CPU seconds the solution's processes have used (see PROCESS_TREE_CPU): this process's descendants, and in a PID
+    namespace of the call's own the orphans its PID 1 adopted. None in the Landlock mode: there each process's own
+    limits stop it."""
+    return process_tree_cpu(os.getpid())
 
 
 def check_limits():
@@ -1170,7 +1196,7 @@ for run_case, counts in cases:
 if worker is not None:
     worker.close()
 print("\n" + json.dumps({"passed": passed, "errors": errors, "harness_error": harness_error}))
-'''.replace("{STDIN_PROGRAM!r}", repr(STDIN_PROGRAM))
+'''.replace("{STDIN_PROGRAM!r}", repr(STDIN_PROGRAM)).replace("exec(PROCESS_TREE_CPU)", _PROCESS_TREE_CPU)
 
 
 

@@ -76,6 +76,19 @@ def test_format_and_tool_terms_can_never_outweigh_passing_tests():
     assert auxiliary < weights["tests_passed_reward"] * (1 - gc.PARTIAL_CREDIT)
 
 
+def test_the_reward_logs_the_share_a_time_limit_decided(monkeypatch):
+    """What the run monitor's time_limited rule and the training curves read: tests/timed_out, each step."""
+    import sandbox
+
+    monkeypatch.setattr(sandbox, "TEST_CASE_CPU_S", 0.5)  # a quick time-out
+    logged = {}
+    slow = "def solve(x):\n    while x == 2:\n        pass\n    return x + 7\n"
+    rewards = gc.tests_passed_reward([[block(RIGHT)], [block(slow)], [block(OFF)], [block(RIGHT)]], **columns(4),
+                                     log_metric=logged.__setitem__)
+    assert rewards == [1.0, 0.0, 0.0, 1.0]
+    assert logged == {"tests/timed_out": 0.25}  # the slow one: a limit, not a wrong answer, decided it
+
+
 def test_a_batch_is_scored_in_parallel_and_in_order():
     trajectories = [[block(RIGHT)], [block(OFF)], [block(HALF)]] * 10
     assert gc.tests_passed_reward(trajectories, **columns(30)) == pytest.approx([1.0, 0.0, 0.1] * 10)

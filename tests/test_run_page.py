@@ -167,6 +167,29 @@ def test_the_hack_labs_marks_show_and_filter(tools_run, tmp_path):
         assert page.problems == [], page.problems
 
 
+def test_answers_a_time_limit_decided_are_marked(tools_run, tmp_path):
+    """A code answer whose hidden tests hit a time limit (grpo_code.py's eval files keep each case's error) says
+    so in its cell and its details, and the summary counts them; an answer without tests is not marked."""
+    folder = tmp_path / "limits"
+    shutil.copytree(tools_run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "*.safetensors"))
+    rows = read_jsonl(folder / "eval_after.jsonl")
+    for row in rows[:3]:
+        greedy = next(c for c in row["completions"] if c.get("greedy"))
+        greedy["tests"] = {"passed": [True, False, False], "harness_error": None,
+                           "errors": ["", "timed out (over 2 s of CPU)", "skipped: an earlier case timed out"]}
+    rows[3]["completions"][0]["tests"] = {"passed": [False], "errors": ["AssertionError"], "harness_error": None}
+    (folder / "eval_after.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with browser_page(rebuilt(folder)) as page:
+        page.click("#tab-heldout")
+        marked = page.locator("#h-table td", has_text="(time limit)")
+        assert marked.count() == 3
+        assert marked.first.get_attribute("title") == "timed out (over 2 s of CPU)"
+        assert "3 answers failed on a time limit" in page.inner_text("#h-summary")
+        page.locator("#h-table tr.question").first.click()
+        assert "hidden tests: timed out (over 2 s of CPU)" in page.inner_text("#h-table")
+        assert page.problems == [], page.problems
+
+
 def test_a_long_run_shows_a_stated_share_and_stays_small(tmp_path):
     """12,000 rollouts of 2,000 characters (24 MB of text): the page holds every k-th step and says so."""
     folder = tmp_path / "long"

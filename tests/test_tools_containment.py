@@ -22,7 +22,7 @@ import sandbox
 from grpo_tools import calculator
 from sandbox import run_python
 
-RUN_LIMIT_S = 15   # run_python's own wall-clock limit is 5 s; generous for a loaded 2-core machine
+RUN_LIMIT_S = 15   # run_python stops code at 5 s of CPU (25 s of wall clock only when it sleeps); room for load
 CALC_LIMIT_S = 1
 REPO = Path(__file__).resolve().parent.parent
 
@@ -147,6 +147,54 @@ def test_infinite_loop_times_out():
     result = timed_run("while True:\n    pass")
     assert result.startswith("Error: ")
     assert "timed out" in result or "CPU time" in result
+
+
+def spending(cpu_seconds):
+    """Code that spends `cpu_seconds` of CPU (not of wall clock: the same on any machine), then prints done."""
+    return (f"import time\nstart = time.process_time()\nwhile time.process_time() - start < {cpu_seconds}:\n"
+            f"    pass\nprint('done')")
+
+
+def test_the_answer_does_not_depend_on_how_busy_the_machine_is(monkeypatch):
+    """Under a 1 s CPU limit, code that spends 0.6 s of CPU answers alone and beside busy processes on every core
+    (where it takes longer than 1 s of wall clock: a wall-clock limit stopped it), and 1.5 s stops, both times
+    saying so."""
+    monkeypatch.setattr(sandbox, "PYTHON_CPU_S", 1)  # read at each call
+    quiet = [timed_run(spending(0.6)), timed_run(spending(1.5))]
+    # each busy process in a session of its own, as each call is: with the kernel's autogroup scheduling, processes
+    # sharing one session share one session's CPU, and would leave the call most of the machine
+    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
+            for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.2)
+        start = time.monotonic()
+        loaded = [timed_run(spending(0.6)), timed_run(spending(1.5))]
+        loaded_seconds = time.monotonic() - start
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    for fast, slow in (quiet, loaded):
+        assert fast == "done\n", fast
+        assert slow == "Error: timed out (over 1 s of CPU)", slow
+    assert loaded_seconds > 2 * (0.6 + 1), loaded_seconds  # the machine was busy: 1.6 CPU seconds took longer
+
+
+def test_cpu_of_every_process_the_code_starts_counts(monkeypatch):
+    """Three child processes, one after another, each under the 1 s limit alone (0.6 s): together they are over it,
+    and the call stops, though no process of its own ran out."""
+    monkeypatch.setattr(sandbox, "PYTHON_CPU_S", 1)
+    child = f"[sys.executable, '-c', {spending(0.6)!r}]"
+    result = timed_run(f"import subprocess, sys\nfor _ in range(3):\n    subprocess.run({child})\nprint('all ran')")
+    assert result == "Error: timed out (over 1 s of CPU)\ndone", result  # the first child's output, no more
+    assert timed_run(f"import subprocess, sys\nsubprocess.run({child.replace('0.6', '0.3')})\n"
+                     f"subprocess.run({child.replace('0.6', '0.3')})\nprint('all ran')") == "done\ndone\nall ran\n"
+
+
+def test_code_that_sleeps_is_not_held_to_the_cpu_limit(monkeypatch):
+    """Sleeping costs no CPU: 1.5 s of sleep under a 1 s CPU limit answers (the wall clock is only a backstop)."""
+    monkeypatch.setattr(sandbox, "PYTHON_CPU_S", 1)
+    assert timed_run("import time\ntime.sleep(1.5)\nprint('awake')") == "awake\n"
 
 
 def test_huge_allocation_is_refused():

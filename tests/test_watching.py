@@ -176,6 +176,29 @@ def test_disputed_reward_fires_on_one_point_over_the_threshold(disputed, fires):
         assert found[0]["step"] == 5 and "5% of the rollouts at step 5" in found[0]["message"]
 
 
+@pytest.mark.parametrize("timed_out, fires", [
+    (None, False),        # no hidden tests (every script but grpo_code.py): nothing to read
+    (0.05, False),        # a slow answer now and then
+    (0.10, True),         # a tenth of the rollouts decided by a limit
+    (0.40, True),
+])
+def test_time_limited_fires_when_limits_decide_the_reward(timed_out, fires):
+    logs = history(**{"tests/timed_out": None if timed_out is None else (lambda i: timed_out)})
+    found = instruments.monitor_warnings(logs, "correctness_reward", 3.0, 1000, evals=[(0, 0.3), (200, 0.7)])
+    assert [w["rule"] for w in found] == (["time_limited"] if fires else []), found
+    if fires:
+        assert f"decided {timed_out:.0%} of the rollouts' hidden tests" in found[0]["message"]
+        assert "sandbox.TEST_CASE_CPU_S" in found[0]["message"]  # and names the fix
+
+
+def test_the_signal_report_counts_rollouts_a_time_limit_decided():
+    metrics = {**instruments.sample_metrics([0, 3, 8, 5], 8), "num_examples": 4}
+    assert "time limit" not in instruments.signal_report(metrics)  # none timed out, or not a code run: not said
+    metrics["rollouts_timed_out"] = 0.12
+    assert instruments.signal_report(metrics).endswith(
+        "12% of rollouts failed on a time limit: the limits (sandbox.TEST_*), not only the code, decided their reward.")
+
+
 def test_entropy_falling_late_is_not_a_collapse():
     assert rules(history(entropy=lambda i: max(0.05, 1.0 - i / 10)), max_steps=150) == []  # step 200 > 30% of 150
 
