@@ -406,8 +406,17 @@ def verdicts(load):
         f"| {report['date']} (results/verdicts.json): CPU limits: " + ", ".join(
             f"{cpu[x]['all_passed']} of {n} pass at {x} ({cpu[x]['flips']} flips)" for x in loads)
         + "; wall-clock limits: " + ", ".join(
-            f"{wall[x]['all_passed']} of {n} pass at {x} ({wall[x]['flips']} flips)" for x in loads) + " |",
+            f"{wall[x]['all_passed']} of {n} pass at {x} ({wall[x]['flips']} flips)" for x in loads) + ". run_python, "
+        + tools_line(report["run_python"]) + " |",
     ]
+
+
+def tools_line(part):
+    """run_python's answers alone and on a busy machine, under its CPU limit and under the same seconds of clock."""
+    cpu, wall, n = part["regimes"]["cpu limits"], part["regimes"]["wall limits"], part["calls"]
+    return (f"{n} calls spending {part['cpu_seconds']} CPU s: under its CPU limit " + ", ".join(
+        f"{cpu[x]['answered']} answered at {x}" for x in cpu) + "; under a wall-clock limit of the same "
+        f"{part['limits']['cpu_s']} s " + ", ".join(f"{wall[x]['answered']} at {x}" for x in wall))
 
 
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
