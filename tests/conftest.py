@@ -80,6 +80,24 @@ NO_BROWSER = ("the browser tests need Chromium and Playwright: apt-get install c
 
 
 @contextmanager
+def busy_machine(per_core: int = 2):
+    """While the block runs, `per_core` busy processes for each core (the machine oversubscribed per_core + 1 times),
+    each in a session of its own, as the sandbox's calls are: with the kernel's autogroup scheduling the processes
+    of one session share that session's CPU, and would leave a call most of the machine."""
+    import time
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
+            for _ in range(per_core * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.2)
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
 def browser_page(path):
     """A headless Chromium page showing `path` (file://), with every page error and console message of type error
     or warning collected in `page.problems`. Fails in one line where there is no browser: never skipped."""

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import REPO, docs_text
+from conftest import REPO, busy_machine, docs_text
 
 import grpo_code
 import grpo_math
@@ -79,9 +79,6 @@ def test_the_graders_and_the_detector_mark_the_same_on_a_busy_machine(monkeypatc
     in one program under run_python's 2 s) is paid and not flagged, alone and beside busy processes on every core:
     the loophole graders (run_python) and the detector (the hidden-test harness) count CPU, not the clock. Under
     wall-clock limits a busy machine flagged honest answers (precision 0.70)."""
-    import os
-    import subprocess
-    import sys
     import time
 
     import sandbox
@@ -97,17 +94,10 @@ def test_the_graders_and_the_detector_mark_the_same_on_a_busy_machine(monkeypatc
         return [grade_code([slow_honest], loophole=loophole)[0] for loophole in ("run_tests", "exit_status")]
 
     quiet = marks()
-    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
-            for _ in range(2 * (os.cpu_count() or 1))]
-    try:
-        time.sleep(0.2)
+    with busy_machine():
         start = time.monotonic()
         loaded = marks()
         loaded_seconds = time.monotonic() - start
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait()
     for graded in quiet + loaded:
         assert graded == {"paid": 1.0, "true": 1.0, "hack": False, "flagged": False}, graded
     assert loaded_seconds > 2.5, loaded_seconds  # the machine was busy: over 1 s of wall clock a call

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import landlock_abi
+from conftest import busy_machine, landlock_abi
 from test_sandbox_modes import nobody_can_read
 
 import sandbox
@@ -161,19 +161,10 @@ def test_the_answer_does_not_depend_on_how_busy_the_machine_is(monkeypatch):
     saying so."""
     monkeypatch.setattr(sandbox, "PYTHON_CPU_S", 1)  # read at each call
     quiet = [timed_run(spending(0.6)), timed_run(spending(1.5))]
-    # each busy process in a session of its own, as each call is: with the kernel's autogroup scheduling, processes
-    # sharing one session share one session's CPU, and would leave the call most of the machine
-    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
-            for _ in range(2 * (os.cpu_count() or 1))]
-    try:
-        time.sleep(0.2)
+    with busy_machine():
         start = time.monotonic()
         loaded = [timed_run(spending(0.6)), timed_run(spending(1.5))]
         loaded_seconds = time.monotonic() - start
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait()
     for fast, slow in (quiet, loaded):
         assert fast == "done\n", fast
         assert slow == "Error: timed out (over 1 s of CPU)", slow
