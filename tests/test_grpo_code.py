@@ -336,6 +336,7 @@ def test_short_run_writes_eval_trajectories_and_plot(tmp_path):
     assert evaluation["after"]["accuracy"] == pytest.approx(right / 16)
     state = json.loads((out / "trainer_state.json").read_text())
     assert any("rewards/tests_passed_reward/mean" in e for e in state["log_history"])
+    assert all(0.0 <= e["tests/timed_out"] <= 1.0 for e in state["log_history"] if "reward" in e)  # logged each step
     result = run_script([*FAST_RUN, "--max_steps", "2", "--output_dir", out], script="grpo_code.py")
     assert result.returncode != 0 and "already holds checkpoints" in result.stderr  # never overwritten
     result = run_script([*FAST_RUN, "--max_steps", "3", "--resume_from_checkpoint", "last", "--num_eval_examples", "0",
