@@ -84,17 +84,23 @@ def busy_machine(per_core: int = 2):
     """While the block runs, `per_core` busy processes for each core (the machine oversubscribed per_core + 1 times),
     each in a session of its own, as the sandbox's calls are: with the kernel's autogroup scheduling the processes
     of one session share that session's CPU, and would leave a call most of the machine."""
+    import fcntl
+    import tempfile
     import time
 
-    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
-            for _ in range(per_core * (os.cpu_count() or 1))]
-    try:
-        time.sleep(0.2)
-        yield
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait()
+    # One busy machine at a time across the suite's workers (pytest -n): two at once would oversubscribe it past the
+    # limits' wall-clock backstops, for these tests and for the other worker's
+    with open(Path(tempfile.gettempdir()) / "grpo-tests-busy-machine.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
+                for _ in range(per_core * (os.cpu_count() or 1))]
+        try:
+            time.sleep(0.2)
+            yield
+        finally:
+            for process in busy:
+                process.kill()
+                process.wait()
 
 
 @contextmanager

@@ -22,7 +22,9 @@ import sandbox
 from grpo_tools import calculator
 from sandbox import run_python
 
-RUN_LIMIT_S = 15   # run_python stops code at 5 s of CPU (25 s of wall clock only when it sleeps); room for load
+# run_python stops code at 5 s of CPU, which a busy machine (another test worker) stretches in wall-clock time, and
+# at its 25 s wall-clock backstop in any case: a call that has not returned 10 s after that hangs
+RUN_LIMIT_S = sandbox.PYTHON_WALL_S + 10
 CALC_LIMIT_S = 1
 REPO = Path(__file__).resolve().parent.parent
 
