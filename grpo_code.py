@@ -352,13 +352,17 @@ def extract_answer(text: str):
 PARTIAL_CREDIT = 0.2  # for the share of test cases passed; the rest only when every case passes
 
 
+def timed_out(result: dict) -> bool:
+    """Whether a time limit, not the code, failed one of a solution's hidden test cases."""
+    return any(str(e).startswith("timed out") for e in result["errors"])
+
+
 def tests_passed_reward(completions, tests, entry_point, setup, log_metric=None, **kwargs) -> list[float]:
     """0.2 x the share of hidden test cases the final code passes, + 0.8 if it passes them all; 0.0 without code."""
     codes = [extract_answer(completion_text(c)) for c in completions]
     results = run_hidden_tests_batch(codes, tests, entry_point, setup)
     if log_metric:  # the rollouts a time limit, not the code, decided (sandbox.TEST_*): the run monitor watches it
-        log_metric("tests/timed_out", sum(any(str(e).startswith("timed out") for e in r["errors"])
-                                          for r in results) / len(results))
+        log_metric("tests/timed_out", sum(map(timed_out, results)) / len(results))
     return [PARTIAL_CREDIT * sum(r["passed"]) / len(r["passed"]) + (1 - PARTIAL_CREDIT) * all(r["passed"])
             if r["passed"] else 0.0 for r in results]
 
@@ -468,15 +472,13 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
                "compiles": sum(codes[i] is not None and defines(codes[i], columns["entry_point"][i])
                                for i in greedy) / len(greedy),
                # a time limit, not the code, decided these: many means the limits (sandbox.TEST_*) are too tight
-               "timed_out": sum(any(str(e).startswith("timed out") for e in results[i]["errors"]) for i in greedy)
-               / len(greedy),
+               "timed_out": sum(timed_out(results[i]) for i in greedy) / len(greedy),
                "tool_call_success": (calls - failures) / calls if calls else 0.0,
                "mean_tool_calls": calls / len(greedy), "num_examples": len(greedy),
                "questions_per_process": trainer._questions_per_process, "sample_trajectory": flat[0]}
     if samples:
         metrics.update(instruments.sample_metrics([sum(correct[i + 1:i + 1 + samples]) for i in greedy], samples))
-        metrics["rollouts_timed_out"] = sum(any(str(e).startswith("timed out") for e in r["errors"])
-                                            for r in results) / len(results)  # the signal report counts them
+        metrics["rollouts_timed_out"] = sum(map(timed_out, results)) / len(results)  # the signal report counts them
     if trajectories is not None and trainer.accelerator.is_main_process:  # given with instruments.py
         scores = instruments.score(RUBRIC, flat, environments=envs, **columns)
         with open(trajectories, "a", encoding="utf-8") as f:
