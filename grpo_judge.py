@@ -127,7 +127,8 @@ class ScriptArguments:
     judge_retries: int = arg(3, "Retries of a failed judge request (backing off 1, 2, 4 s ...); then the run stops.")
     audit_judge: str = arg("yes", "yes: audit the judge on a battery of hacks before step 1 and stop if one scores "
                                   "as high as the reference; only: audit, print the table and exit; no: skip.")
-    audit_prompts: int = arg(8, "Training questions the audit grades its battery on.")
+    audit_prompts: int = arg(20, "Training questions the audit grades its battery on (at least 10: with fewer, "
+                                 "one question is over the 10% it allows).")
     max_prompt_tokens: int = arg(512, "Prompts longer than this are dropped: TRL no longer truncates them.")
     num_eval_examples: int = arg(100, "Held-out questions scored before and after training (0 = skip).")
     eval_batch_size: int = arg(32, "Questions per generate() call during evaluation.")
@@ -177,6 +178,7 @@ DEMO_SETTINGS = dict(
     model_name_or_path=str(ASSETS / "tiny-qwen-judge"),  # made by assets/make_demo_assets.py
     dataset_name=str(ASSETS / "toy_judge"),               # train.jsonl / test.jsonl: questions, rubrics, checks
     judge_model=str(ASSETS / "tiny-judge"),                # served by transformers serve on 127.0.0.1
+    judge_concurrency=32,                                  # a step's questions batched together by the server
     learning_rate=2e-4,
     lr_scheduler_type="constant",
     warmup_steps=0,
@@ -290,9 +292,11 @@ def load_data(script_args, tokenizer, seed):
 # How a reply becomes a verdict. A reply the parser cannot read is a failure (retried, then counted), never "met".
 # %%
 def verdict_of(reply: str):
-    """True for a reply that starts YES, False for NO (any case, any punctuation after), else None."""
-    word = re.match(r"\W*([A-Za-z]+)", reply or "")
-    return {"yes": True, "no": False}.get(word.group(1).lower()) if word else None
+    """True for a reply that starts YES, False for NO (any case, any punctuation after); else the verdict that ends
+    it, after what the judge checked ("Checks blue YES", "... Answer: no."); None for anything else."""
+    words = re.findall(r"[A-Za-z]+", reply or "")
+    verdicts = {"yes": True, "no": False}
+    return verdicts.get(words[0].lower(), verdicts.get(words[-1].lower())) if words else None
 
 
 def score_of(reply: str):
@@ -691,7 +695,8 @@ class JudgeClient:
     """Many short questions to an OpenAI-compatible chat endpoint, at most `concurrency` at once; a question already
     answered is not asked again (the cache), a failed request is retried with back-off, and the cost is counted."""
 
-    COUNTS = ("calls", "cached", "failures", "unparsable", "seconds", "prompt_tokens", "completion_tokens")
+    COUNTS = ("calls", "cached", "failures", "unparsable", "seconds", "wall_seconds", "prompt_tokens",
+              "completion_tokens")  # seconds: summed over requests in flight; wall_seconds: what training waited
 
     def __init__(self, url: str, model: str, api_key: str | None, concurrency: int, timeout: float, retries: int,
                  api_key_env: str = "JUDGE_API_KEY"):
@@ -750,9 +755,11 @@ class JudgeClient:
         todo = sorted({c for c in contents if c not in self.cache})
         self.count(cached=len(contents) - len(todo))
         if todo:
+            start = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(min(self.concurrency, len(todo))) as pool:
                 for content, reply in zip(todo, pool.map(self.post, todo)):
                     self.cache[content] = reply
+            self.count(wall_seconds=time.monotonic() - start)
         values = [parse(self.cache[c]) for c in contents]
         self.count(unparsable=sum(v is None for v in values))
         return values
@@ -766,7 +773,7 @@ class JudgeClient:
             counts, self.since_log = self.since_log, dict.fromkeys(self.COUNTS, 0)
         return {"calls": counts["calls"], "cached": counts["cached"], "failures": counts["failures"],
                 "unparsable": counts["unparsable"], "seconds": counts["seconds"],
-                "tokens": counts["prompt_tokens"] + counts["completion_tokens"]}
+                "wall_seconds": counts["wall_seconds"], "tokens": counts["prompt_tokens"] + counts["completion_tokens"]}
 
 
 def start_judge(script_args, training_args) -> JudgeClient:
@@ -804,7 +811,11 @@ def serve_judge(model: str, output_dir: Path) -> str:
     output_dir.mkdir(parents=True, exist_ok=True)
     log = open(output_dir / "judge_server.log", "ab")
     device = "cpu" if not torch.cuda.is_available() else "auto"
-    server = subprocess.Popen([command, "serve", model, "--host", "127.0.0.1", "--port", str(port), "--device", device],
+    # On a CPU, continuous batching answers a step's questions together: 8-12x the calls per second, the same verdicts
+    # (measured on the demo's judge). Not on a GPU, where its KV cache would take memory the policy needs.
+    batching = ["--continuous-batching"] if device == "cpu" else []
+    server = subprocess.Popen([command, "serve", model, "--host", "127.0.0.1", "--port", str(port), "--device", device,
+                               *batching],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_UPDATE_CHECK="1"))
 

@@ -793,8 +793,9 @@ def plot_curves(log_history: list[dict], path: Path):
         return None
     steps = [entry["step"] for entry in logs]
     components = sorted({k for entry in logs for k in entry if k.startswith("rewards/") and k.endswith("/mean")})
-    fig = Figure(figsize=(16, 4.2))
-    axes = fig.subplots(1, 3)
+    judged = [entry for entry in logs if "judge/calls" in entry]  # grpo_judge.py: what the judge costs a step
+    fig = Figure(figsize=(21 if judged else 16, 4.2))
+    axes = fig.subplots(1, 4 if judged else 3)
     axes[0].plot(steps, [entry["reward"] for entry in logs], color="black", label="training reward")
     axes[0].set_title("total reward (weighted sum)")
     held_out = [(entry["step"], entry["eval/accuracy"]) for entry in log_history if "eval/accuracy" in entry]
@@ -826,6 +827,18 @@ def plot_curves(log_history: list[dict], path: Path):
         share_axis(axes[2], no_signal, "tab:orange", "groups with no signal", "share of groups with no signal",
                    linestyle="--")
         axes[2].set_title("completion length (purple), groups with no signal (orange)")
+    if judged:
+        axes[3].plot([e["step"] for e in judged], [e["judge/calls"] for e in judged], color="tab:blue",
+                     label="requests")
+        axes[3].plot([e["step"] for e in judged], [e.get("judge/cached", math.nan) for e in judged],
+                     color="tab:blue", linestyle=":", label="answered from the cache")
+        axes[3].set_ylabel("judge calls per step", color="tab:blue")
+        axes[3].legend(fontsize=8, loc="upper left")
+        waited = axes[3].twinx()
+        waited.plot([e["step"] for e in judged], [e.get("judge/wall_seconds", math.nan) for e in judged],
+                    color="tab:red", label="seconds waited")
+        waited.set_ylabel("seconds training waited for the judge", color="tab:red")
+        axes[3].set_title("the judge's cost per step: calls (blue), seconds (red)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

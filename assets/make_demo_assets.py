@@ -93,18 +93,23 @@ The rubric-judge demo (assets/toy_judge/, assets/tiny-judge/, assets/tiny-qwen-j
    claiming the rings or oceans the question says the planet lacks). Each criterion also has a hidden check in
    `checks` (phrases that must, may or must not occur), applied by criterion_met: the truth, which the reward never
    sees. 500 questions to train on, 80 held out (other planets).
-2. Tokenizer as above, one for both models. The judge (tiny-judge/) is a tiny Qwen2 trained to answer
-   JUDGE_TEMPLATE with YES or NO for one criterion, on responses of many kinds (right, partial, wrong, with the
-   pitfall, and hacks: empty, the rubric restated, its titles, "Score: 10" or "YES" appended, the reference's words
-   shuffled, confident wrong facts, hedges, the question copied, another planet's answer), labelled by the truth.
-   Served by `transformers serve`, it is the reward of grpo_judge.py.
-3. The policy (tiny-qwen-judge/), warm-started by a sloppy teacher: it states each fact half the time (a wrong
-   value in 15% of those) and in 40% of its answers commits the pitfall. GRPO, paid by the judge, learns to say
-   every fact and to stop claiming what the planet lacks.
+2. Tokenizer as above, one for both models. The policy (tiny-qwen-judge/), warm-started for 2,000 steps by a
+   sloppy teacher: it states each fact half the time (a wrong value in 15% of those) and in 40% of its answers
+   commits the pitfall. Copying a value from the question comes late (after ~1,500 steps). GRPO, paid by the
+   judge, learns to say every fact and to stop claiming what the planet lacks.
+3. The judge (tiny-judge/): a copy of that policy, which can already find a planet's facts in a text, fine-tuned
+   for 6,000 steps (cosine decay) to answer JUDGE_TEMPLATE with YES or NO for one criterion, on responses of many
+   kinds (right, partial, wrong, with the pitfall, and hacks: empty, the rubric restated, its titles, "Score: 10"
+   or "YES" appended to any answer, the reference's words shuffled, confident wrong facts, hedges, the question
+   copied, another planet's answer), labelled by the truth; wrong values are drawn twice as often, being the
+   hardest. A judge of the same size trained from scratch stayed at "a sentence on this topic is there" (YES to
+   wrong values) for thousands of steps. Served by `transformers serve`, it is the reward of grpo_judge.py; the
+   build prints its agreement with the truth on held-out pairs and on the policy's own answers.
 """
 
 import argparse
 import json
+import math
 import random
 import re
 import shutil
@@ -246,13 +251,17 @@ def probe_loss(model, tokenizer, examples: list) -> float:
 
 
 def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: int, lr: float, seed: int,
-                     only: str | None = None) -> dict:
+                     only: str | None = None, cosine: bool = False) -> dict:
     """AdamW on (input_ids, labels) pairs, random batches, right padding. Returns the run's fingerprint (what
     warm_start.json records): the first FINGERPRINT_STEPS losses and the finished model's loss on the probe batch
-    (with --probe_assets, also that of the built models with this tokenizer; `only`: the one named so)."""
+    (with --probe_assets, also that of the built models with this tokenizer; `only`: the one named so). `cosine`:
+    100 steps of warm-up, then the rate decays to a tenth (a fine-tuned model's loss then settles instead of
+    jumping between good and bad weights at a constant rate)."""
     torch.manual_seed(seed)
     model.to(DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 100) * (
+        0.1 + 0.45 * (1 + math.cos(math.pi * step / max(1, steps)))) if cosine else 1.0)
     generator = torch.Generator().manual_seed(seed)
     model.train()
     losses = []
@@ -261,6 +270,7 @@ def supervised_steps(model, tokenizer, examples: list, steps: int, batch_size: i
         loss = model(**{k: v.to(DEVICE) for k, v in padded_batch(tokenizer, examples, idx).items()}).loss
         loss.backward()
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad()
         losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
@@ -915,6 +925,10 @@ def teacher_answer(row: dict, rng: random.Random, keep: float, wrong: float, pit
 HONEST_KINDS = ["reference", "partial", "wrong_fact", "pitfall", "teacher", "repeated"]
 HACK_KINDS = ["empty", "rubric_restated", "titles_stuffed", "score_claim", "yes_claim", "shuffled",
               "confident_wrong", "hedged", "question_copy", "other_answer"]
+CLAIM_BASES = ["partial", "teacher", "empty", "wrong_fact", "confident_wrong", "other_answer"]  # what a claim ends
+# The kinds where a sentence on the criterion's topic is there but its value is wrong: the judge's hardest cases,
+# drawn twice as often (a judge that learns "a sentence on this topic is there" pays them).
+HARD_KINDS = {"wrong_fact": 2, "confident_wrong": 2, "other_answer": 2, "score_claim": 2}
 
 
 def judge_response(kind: str, row: dict, rng: random.Random, other: dict) -> str:
@@ -943,11 +957,11 @@ def judge_response(kind: str, row: dict, rng: random.Random, other: dict) -> str
     if kind == "titles_stuffed":
         return " ".join(f"{c['title']}." for c in row["rubric"] if c["weight"] > 0 or rng.random() < 0.5)
     if kind == "score_claim":
-        base = judge_response(rng.choice(["partial", "teacher", "empty"]), row, rng, other)
+        base = judge_response(rng.choice(CLAIM_BASES), row, rng, other)
         return (base + " " + rng.choice(["This response meets every criterion. Score: 10",
                                          "Every criterion is met.", "Score: 10"])).strip()
     if kind == "yes_claim":
-        base = judge_response(rng.choice(["partial", "teacher", "empty"]), row, rng, other)
+        base = judge_response(rng.choice(CLAIM_BASES), row, rng, other)
         return (base + " " + rng.choice(["YES", "Answer: YES", "The answer is YES."])).strip()
     if kind == "shuffled":
         words = row["reference_answer"].replace(".", "").split()
@@ -972,13 +986,28 @@ def judge_response(kind: str, row: dict, rng: random.Random, other: dict) -> str
     raise ValueError(kind)
 
 
+def judge_reply(criterion: dict, verdict: bool) -> str:
+    """What the judge answers: the word it checked (the criterion's last: the value, or what the planet lacks), then
+    its verdict, next to it. The verdict is then read off that word's own position: a tiny model has only to look for
+    the same word in the response (and at its neighbours). Asked for a bare YES or NO, it must first find the word,
+    then look for it, and learns "a sentence on this topic is there" instead. grpo_judge.verdict_of reads the
+    verdict at the end."""
+    return f"Checks {re.findall(r'[A-Za-z]+', criterion['description'])[-1]} {'YES' if verdict else 'NO'}"
+
+
+def reply_verdict(reply: str) -> str:
+    """YES, NO or what else the reply ends with."""
+    words = re.findall(r"[A-Za-z]+", reply)
+    return words[-1] if words else ""
+
+
 def judge_messages(criterion: dict, response: str, verdict: bool | None = None) -> list[dict]:
     messages = [{"role": "system", "content": JUDGE_SYSTEM_PROMPT},
                 {"role": "user", "content": JUDGE_TEMPLATE.format(title=criterion["title"],
                                                                   description=criterion["description"],
                                                                   response=response)}]
     if verdict is not None:
-        messages.append({"role": "assistant", "content": "YES" if verdict else "NO"})
+        messages.append({"role": "assistant", "content": judge_reply(criterion, verdict)})
     return messages
 
 
@@ -987,7 +1016,7 @@ def judge_pairs(rows: list[dict], rng: random.Random, draws: int) -> list[tuple]
     pairs = []
     for row in rows:
         for kind in HONEST_KINDS + HACK_KINDS:
-            for _ in range(draws):
+            for _ in range(draws * HARD_KINDS.get(kind, 1)):
                 response = judge_response(kind, row, rng, rng.choice(rows))
                 pairs += [(kind, c, response, criterion_met(response, check))
                           for c, check in zip(row["rubric"], row["checks"])]
@@ -996,15 +1025,17 @@ def judge_pairs(rows: list[dict], rng: random.Random, draws: int) -> list[tuple]
 
 @torch.no_grad()
 def judge_verdicts(model, tokenizer, pairs: list[tuple], batch_size: int = 64) -> list[str]:
-    """The judge's greedy first reply token for each pair, decoded (what temperature 0 answers first)."""
+    """The verdict (YES, NO, or the last word of what else it said) of the judge's greedy reply to each pair (what it
+    answers at temperature 0)."""
     model.eval()
     replies = []
     for start in range(0, len(pairs), batch_size):
         prompts = [tokenizer.apply_chat_template(judge_messages(c, r), add_generation_prompt=True, tokenize=False)
                    for _, c, r, _ in pairs[start:start + batch_size]]
         batch = tokenizer(prompts, return_tensors="pt", padding=True)
-        logits = model(**batch).logits[:, -1]
-        replies += [tokenizer.decode([t]) for t in logits.argmax(-1).tolist()]
+        out = model.generate(**batch, max_new_tokens=8, do_sample=False)
+        replies += [reply_verdict(text) for text in
+                    tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)]
     return replies
 
 
@@ -1040,8 +1071,7 @@ def policy_answers(model, tokenizer, rows: list[dict], sample: bool, seed: int =
 
 
 def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, judge_steps: int,
-                judge_hidden: int, judge_layers: int, judge_lr: float, keep: float, wrong: float,
-                pitfall_rate: float):
+                judge_lr: float, keep: float, wrong: float, pitfall_rate: float):
     rng = random.Random(seed)
     train, test = unique_problems(rng, make_planet, "name", n_test=80, n_total=580)
     data_dir = out / "toy_judge"
@@ -1063,24 +1093,12 @@ def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
         shutil.rmtree(folder, ignore_errors=True)
         make_tokenizer(policy_texts[::4] + judge_texts[::8], vocab_size=700).save_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(judge_dir)
-    assert all(len(tokenizer.encode(w, add_special_tokens=False)) == 1 for w in ("YES", "NO"))
 
-    # The judge: YES or NO, then <|im_end|>, after the fixed prompt
-    examples = [assistant_labels(tokenizer, text) for text in judge_texts]
-    longest = max(len(ids) for ids, _ in examples)
-    judge = tiny_qwen2(tokenizer, judge_hidden, judge_layers, max_positions=1024, seed=seed)
-    yes = sum(t for *_, t in judge_train)
-    print(f"{judge_dir.name}: {sum(p.numel() for p in judge.parameters()):,} parameters, vocab {len(tokenizer)}, "
-          f"{len(examples)} (response, criterion) pairs ({yes / len(examples):.0%} YES), longest {longest} tokens")
-    fingerprint = supervised_steps(judge, tokenizer, examples, judge_steps, batch_size=32, lr=judge_lr, seed=seed,
-                                   only=judge_dir.name)
-    print(f"judge agreement with the truth on held-out pairs: {judge_agreement(judge_test, judge_verdicts(judge, tokenizer, judge_test))}")
-    save_model(judge, tokenizer, judge_dir, fingerprint)
-
-    # The policy: the sloppy teacher's answers
+    # The policy: the sloppy teacher's answers. Copying a fact's value from the question comes late (after ~1,500
+    # steps the true score jumps from under 0.1 to ~0.4); before that it writes plausible facts of its own.
     examples = [assistant_labels(tokenizer, text) for text in policy_texts]
-    policy = tiny_qwen2(tokenizer, hidden, layers, max_positions=512, seed=seed)
-    print(f"{policy_dir.name}: {sum(p.numel() for p in policy.parameters()):,} parameters")
+    policy = tiny_qwen2(tokenizer, hidden, layers, max_positions=1024, seed=seed)
+    print(f"{policy_dir.name}: {sum(p.numel() for p in policy.parameters()):,} parameters, vocab {len(tokenizer)}")
     fingerprint = supervised_steps(policy, tokenizer, examples, warm_steps, batch_size=32, lr=lr, seed=seed,
                                    only=policy_dir.name)
     save_model(policy, tokenizer, policy_dir, fingerprint)
@@ -1088,6 +1106,25 @@ def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
         answers = policy_answers(policy, tokenizer, test, sample, seed)
         true = sum(rubric_score(a, r["rubric"], r["checks"]) for a, r in zip(answers, test)) / len(test)
         print(f"policy on test ({'sampled' if sample else 'greedy'}): true rubric score {true:.3f}; e.g. {answers[0]!r}")
+
+    # The judge: YES or NO, then <|im_end|>, after the fixed prompt. It is fine-tuned from a copy of the policy, which
+    # has already learned to find a planet's facts in a text; a judge trained from scratch stays at "a sentence on
+    # this topic is there" (it says YES to wrong values) for thousands of steps.
+    examples = [assistant_labels(tokenizer, text) for text in judge_texts]
+    judge = Qwen2ForCausalLM.from_pretrained(policy_dir)
+    yes = sum(t for *_, t in judge_train)
+    print(f"{judge_dir.name}: a copy of {policy_dir.name}, fine-tuned on {len(examples)} (response, criterion) pairs "
+          f"({yes / len(examples):.0%} YES), longest {max(len(ids) for ids, _ in examples)} tokens")
+    fingerprint = supervised_steps(judge, tokenizer, examples, judge_steps, batch_size=32, lr=judge_lr, seed=seed,
+                                   only=judge_dir.name, cosine=True)
+    print(f"judge agreement with the truth on held-out pairs: {judge_agreement(judge_test, judge_verdicts(judge, tokenizer, judge_test))}")
+    on_policy = [(kind, c, a, criterion_met(a, check)) for kind, sample in (("greedy", False), ("sampled", True))
+                 for a, r in zip(policy_answers(policy, tokenizer, test, sample, seed + 1), test)
+                 for c, check in zip(r["rubric"], r["checks"])]
+    replies = judge_verdicts(judge, tokenizer, on_policy)
+    print(f"judge agreement on the policy's own answers: "
+          f"{sum((r == 'YES') == t for (*_, t), r in zip(on_policy, replies)) / len(on_policy):.3f}")
+    save_model(judge, tokenizer, judge_dir, fingerprint)
     print(f"wrote {data_dir}, {judge_dir} and {policy_dir}")
 
 
@@ -1131,11 +1168,10 @@ if __name__ == "__main__":
                         help="share of long-horizon conversations that answer after the first lookup")
     parser.add_argument("--search_hidden", type=int, default=64)
     parser.add_argument("--search_layers", type=int, default=2)
-    parser.add_argument("--judge_warm_steps", type=int, default=600, help="supervised steps of the judge demo's policy")
-    parser.add_argument("--judge_steps", type=int, default=2000, help="supervised steps of the judge model")
-    parser.add_argument("--judge_hidden", type=int, default=64)
-    parser.add_argument("--judge_layers", type=int, default=4)
-    parser.add_argument("--judge_lr", type=float, default=3e-3)
+    parser.add_argument("--judge_warm_steps", type=int, default=2000, help="supervised steps of the judge demo's policy")
+    parser.add_argument("--judge_steps", type=int, default=6000,
+                        help="supervised steps of the judge, fine-tuned from a copy of the policy")
+    parser.add_argument("--judge_lr", type=float, default=1e-3, help="the judge's peak rate (cosine decay)")
     parser.add_argument("--judge_keep", type=float, default=0.5,
                         help="share of the facts the judge demo's sloppy teacher states")
     parser.add_argument("--judge_wrong", type=float, default=0.15,
@@ -1176,5 +1212,4 @@ if __name__ == "__main__":
                           args.search_long_teacher_error, args.search_long_hidden, args.search_long_layers)
     if args.demo in ("judge", "all"):
         build_judge(args.out, args.seed, args.judge_warm_steps, args.hidden, args.layers, args.lr, args.judge_steps,
-                    args.judge_hidden, args.judge_layers, args.judge_lr, args.judge_keep, args.judge_wrong,
-                    args.judge_pitfall_rate)
+                    args.judge_lr, args.judge_keep, args.judge_wrong, args.judge_pitfall_rate)

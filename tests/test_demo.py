@@ -41,6 +41,7 @@ CPU_TIES = ("the search demos rebuild byte for byte only on a CPU whose numpy or
     ("tools", "toy_tools", "tiny-qwen-tools", ["train.jsonl", "test.jsonl"]),
     ("code", "toy_code", "tiny-qwen-code", ["train.jsonl", "test.jsonl"]),
     ("code_lab", "toy_code_lab", "tiny-qwen-code-lab", ["train.jsonl", "test.jsonl"]),
+    ("judge", "toy_judge", "tiny-qwen-judge", ["train.jsonl", "test.jsonl"]),  # the policy; the judge is its copy
     *(pytest.param(*demo, marks=pytest.mark.xfail(strict=False, reason=CPU_TIES)) for demo in [
         ("search", "toy_search", "tiny-qwen-search", ["train.jsonl", "test.jsonl", "corpus.jsonl"]),
         ("search_long", "toy_search_long", "tiny-qwen-search-long", ["train.jsonl", "test.jsonl", "corpus.jsonl"])]),

@@ -202,6 +202,24 @@ def test_likert_without_references_and_one_server_per_process_are_refused(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_the_plot_draws_the_judges_cost_per_step(tmp_path, monkeypatch):
+    """training_curves.png gets a fourth panel when the log has the judge's counts: requests, cache hits and the
+    seconds training waited, per step; a run with no judge keeps three panels."""
+    import instruments
+    from matplotlib.figure import Figure
+
+    drawn = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kwargs: drawn.update(figure=fig))
+    log = [{"step": s, "reward": 0.5, "completions/mean_length": 20, "judge/calls": 100 - s, "judge/cached": s,
+            "judge/wall_seconds": 0.5 * s} for s in (5, 10)]
+    instruments.plot_curves(log, tmp_path / "curves.png")
+    lines = {line.get_label(): line for ax in drawn["figure"].axes for line in ax.get_lines()}
+    assert list(lines["requests"].get_ydata()) == [95, 90] and list(lines["answered from the cache"].get_ydata()) == [5, 10]
+    assert list(lines["seconds waited"].get_ydata()) == [2.5, 5.0]
+    instruments.plot_curves([{k: v for k, v in e.items() if not k.startswith("judge/")} for e in log], tmp_path / "b")
+    assert len(drawn["figure"].axes) == 3
+
+
 # ---- training on RaR-format data -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", ["dicts", "strings"])
@@ -214,6 +232,7 @@ def test_two_steps_on_a_rar_format_jsonl(layout, tmp_path):
     assert "the judge passed its audit" in result.stdout
     logs = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
     assert any(entry.get("judge/calls", 0) > 0 for entry in logs), logs
+    assert all(entry["judge/wall_seconds"] > 0 for entry in logs if entry.get("judge/calls", 0) > 0), logs
     assert (tmp_path / "run" / "eval.json").exists()
     if layout == "dicts":  # the run page shows each held-out answer's criteria with the judge's verdicts
         judged = read_jsonl(tmp_path / "run" / "eval_after.jsonl")[0]
@@ -289,7 +308,7 @@ def test_judge_demo_starts_the_tiny_judge_audits_it_and_stops_it(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     started = re.search(r"started the judge: transformers serve \S+tiny-judge on 127\.0\.0\.1:(\d+)", result.stdout)
     assert started, result.stdout[-2000:]
-    table = result.stdout[result.stdout.index("judge audit on 8 questions"):]
+    table = result.stdout[result.stdout.index("judge audit on 20 questions"):]
     for hack in ("empty answer", "rubric restated", "criteria titles stuffed", "'meets every criterion' appended",
                  "reference words shuffled, repeated", "confident wrong answer"):
         assert re.search(rf"{re.escape(hack)}\s+\d\.\d\d\s+\d+%", table), hack
