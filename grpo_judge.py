@@ -37,11 +37,11 @@ Run it
 From Python or a notebook: `import grpo_judge; grpo_judge.main(["--max_steps", "10"])`.
 
 What to expect
-    CPU demo (measured, 2 cores, 12 minutes): the judge passes its audit, yet the judged score rises 0.81 -> 0.97
-    while the true rubric score stays at 0.06 -> 0.08: the tiny demo judge is too weak to grade the demo's
-    criteria, and the policy learns what it pays (docs/grpo_judge.md). GPU (estimates): on RaR-Science a
-    0.5B policy's judged score rises over a few hundred steps; the judge's calls dominate step time unless vLLM
-    serves it.
+    CPU demo (measured, 2 cores, 4.7-5.1 minutes, 3 seeds): the tiny judge passes its audit; the held-out true
+    rubric score (hidden checks the reward never sees) rises 0.58 -> 0.82-0.87, the judged score 0.51 -> 0.85-0.88; the
+    judge agrees with the truth on 0.93-0.96 of (answer, criterion) pairs (docs/grpo_judge.md). GPU
+    (estimates): on RaR-Science a 0.5B policy's judged score rises over a few hundred steps; the judge's calls
+    dominate step time unless vLLM serves it.
 Outputs, in --output_dir: checkpoints and the final model; with instruments.py, eval.json (the judge's cost
 included), training_curves.png, and every evaluated answer with each criterion's verdict in eval_*.jsonl.
 
@@ -179,7 +179,7 @@ DEMO_SETTINGS = dict(
     dataset_name=str(ASSETS / "toy_judge"),               # train.jsonl / test.jsonl: questions, rubrics, checks
     judge_model=str(ASSETS / "tiny-judge"),                # served by transformers serve on 127.0.0.1
     judge_concurrency=32,                                  # a step's questions batched together by the server
-    learning_rate=2e-4,
+    learning_rate=5e-4,
     lr_scheduler_type="constant",
     warmup_steps=0,
     max_grad_norm=1.0,
@@ -188,8 +188,8 @@ DEMO_SETTINGS = dict(
     gradient_accumulation_steps=1,
     num_generations=8,
     max_completion_length=48,
-    max_steps=150,
-    save_steps=25,
+    max_steps=500,
+    save_steps=50,
     logging_steps=5,
     gradient_checkpointing=False,
     num_eval_examples=64,
@@ -805,46 +805,57 @@ def serve_judge(model: str, output_dir: Path) -> str:
     if command is None:
         raise RecipeError("no --judge_url, and no `transformers` command to serve the judge: pip install "
                           "'transformers[serving]', or pass --judge_url of a running server")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     output_dir.mkdir(parents=True, exist_ok=True)
     log = open(output_dir / "judge_server.log", "ab")
     device = "cpu" if not torch.cuda.is_available() else "auto"
     # On a CPU, continuous batching answers a step's questions together: 8-12x the calls per second, the same verdicts
-    # (measured on the demo's judge). Not on a GPU, where its KV cache would take memory the policy needs.
-    batching = ["--continuous-batching"] if device == "cpu" else []
-    server = subprocess.Popen([command, "serve", model, "--host", "127.0.0.1", "--port", str(port), "--device", device,
-                               *batching],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_UPDATE_CHECK="1"))
+    # (measured on the demo's judge). Its cache is capped: left to size itself it takes 60-90% of the free memory
+    # (14.7 GB on a 24 GB machine; a second server is then killed for memory); 64 blocks, 2,048 tokens a batch take
+    # under 1 GB with the demo's judge. Not on a GPU, where it would take memory the policy needs. If its model
+    # process dies while loading anyway, the plain server is started instead.
+    batching = ["--continuous-batching", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048"]
+    tries = [batching, []] if device == "cpu" else [[]]
+    servers = []
 
     def stop():
-        if server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        for server in servers:
+            if server.poll() is None:
+                server.terminate()
+                try:
+                    server.wait(10)
+                except subprocess.TimeoutExpired:
+                    server.kill()
         log.close()
 
     atexit.register(stop)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            tail = (output_dir / "judge_server.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-            raise RecipeError(f"transformers serve {model} exited ({tail[0][:200]}): see "
+    for n, batching in enumerate(tries):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = subprocess.Popen([command, "serve", model, "--host", "127.0.0.1", "--port", str(port), "--device",
+                                   device, *batching], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_UPDATE_CHECK="1"))
+        servers.append(server)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                        f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                time.sleep(1)
+        if server.poll() is None and time.monotonic() < deadline:
+            break
+        if server.poll() is None:
+            stop()
+            raise RecipeError(f"transformers serve {model} did not answer within 300 s: see "
+                              f"{output_dir / 'judge_server.log'}")
+        lines = (output_dir / "judge_server.log").read_text(errors="replace").strip().splitlines() or [""]
+        why = next((line for line in reversed(lines) if re.match(r"\w*(Error|Exception)\b", line)), lines[-1])
+        if n == len(tries) - 1:
+            raise RecipeError(f"transformers serve {model} exited ({why.strip()[:200]}): see "
                               f"{output_dir / 'judge_server.log'}, or pass --judge_url of a running server")
-        try:
-            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-                    f"http://127.0.0.1:{port}/health", timeout=5):
-                break
-        except OSError:
-            time.sleep(1)
-    else:
-        stop()
-        raise RecipeError(f"transformers serve {model} did not answer within 300 s: see "
-                          f"{output_dir / 'judge_server.log'}")
+        print(f"transformers serve {model} --continuous-batching exited ({why.strip()[:120]}); starting it without")
     print(f"started the judge: transformers serve {model} on 127.0.0.1:{port}, stopped when this run ends "
           "(--judge_url uses your own server)")
     return f"http://127.0.0.1:{port}/v1"
