@@ -292,11 +292,13 @@ def load_data(script_args, tokenizer, seed):
 # How a reply becomes a verdict. A reply the parser cannot read is a failure (retried, then counted), never "met".
 # %%
 def verdict_of(reply: str):
-    """True for a reply that starts YES, False for NO (any case, any punctuation after); else the verdict that ends
-    it, after what the judge checked ("Checks blue YES", "... Answer: no."); None for anything else."""
+    """True for a reply that starts YES, False for NO (any case, any punctuation after); else a verdict in capitals
+    that ends it, after what the judge checked ("Checks blue YES", "... Answer: NO."); None for anything else (a
+    reply ending "... not yes" is no verdict)."""
     words = re.findall(r"[A-Za-z]+", reply or "")
-    verdicts = {"yes": True, "no": False}
-    return verdicts.get(words[0].lower(), verdicts.get(words[-1].lower())) if words else None
+    if not words:
+        return None
+    return {"yes": True, "no": False}.get(words[0].lower(), {"YES": True, "NO": False}.get(words[-1]))
 
 
 def score_of(reply: str):

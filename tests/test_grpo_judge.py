@@ -159,6 +159,13 @@ def client(judge, **kwargs):
     return gj.JudgeClient(judge.url, "rule-judge", None, **settings)
 
 
+def test_a_verdict_is_the_first_word_or_a_last_word_in_capitals():
+    assert [gj.verdict_of(r) for r in ["YES", "no.", "Yes, it does", "Checks blue YES", "Checks blue NO",
+                                       "The sky is blue. Answer: NO."]] == [True, False, True, True, False, False]
+    for reply in ["maybe", "", None, "Checks blue", "the response is not yes", "I would say yes"]:
+        assert gj.verdict_of(reply) is None, reply
+
+
 def test_each_distinct_question_is_asked_once_and_a_missing_verdict_is_never_met(monkeypatch):
     with RuleJudge() as judge:
         monkeypatch.setattr(gj, "JUDGE", client(judge))
