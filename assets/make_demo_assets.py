@@ -1071,7 +1071,7 @@ def policy_answers(model, tokenizer, rows: list[dict], sample: bool, seed: int =
 
 
 def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int, lr: float, judge_steps: int,
-                judge_lr: float, keep: float, wrong: float, pitfall_rate: float):
+                judge_lr: float, keep: float, wrong: float, pitfall_rate: float, fingerprint: bool = False):
     rng = random.Random(seed)
     train, test = unique_problems(rng, make_planet, "name", n_test=80, n_total=580)
     data_dir = out / "toy_judge"
@@ -1086,12 +1086,13 @@ def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
     judge_test = judge_pairs(test, random.Random(seed + 1), draws=1)
     policy_convs = [policy_messages(r, teacher_answer(r, rng, keep, wrong, pitfall_rate)) for r in train * 8]
     stand_in = make_tokenizer(["x"], vocab_size=300)
-    judge_texts = [stand_in.apply_chat_template(judge_messages(c, r, t), tokenize=False) for _, c, r, t in judge_train]
+    def judge_texts(pairs):
+        return [stand_in.apply_chat_template(judge_messages(c, r, t), tokenize=False) for _, c, r, t in pairs]
     policy_texts = [stand_in.apply_chat_template(m, tokenize=False) for m in policy_convs]
     judge_dir, policy_dir = out / "tiny-judge", out / "tiny-qwen-judge"
     for folder in (judge_dir, policy_dir):
         shutil.rmtree(folder, ignore_errors=True)
-        make_tokenizer(policy_texts[::4] + judge_texts[::8], vocab_size=700).save_pretrained(folder)
+        make_tokenizer(policy_texts[::4] + judge_texts(judge_train[::8]), vocab_size=700).save_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(judge_dir)
 
     # The policy: the sloppy teacher's answers. Copying a fact's value from the question comes late (after ~1,500
@@ -1106,11 +1107,14 @@ def build_judge(out: Path, seed: int, warm_steps: int, hidden: int, layers: int,
         answers = policy_answers(policy, tokenizer, test, sample, seed)
         true = sum(rubric_score(a, r["rubric"], r["checks"]) for a, r in zip(answers, test)) / len(test)
         print(f"policy on test ({'sampled' if sample else 'greedy'}): true rubric score {true:.3f}; e.g. {answers[0]!r}")
+    if fingerprint:  # the judge shares the policy's data, tokenizer and first steps: the fingerprint is the policy's
+        print(f"--fingerprint: {judge_dir.name}'s fine-tune left out")
+        return
 
     # The judge: YES or NO, then <|im_end|>, after the fixed prompt. It is fine-tuned from a copy of the policy, which
     # has already learned to find a planet's facts in a text; a judge trained from scratch stays at "a sentence on
     # this topic is there" (it says YES to wrong values) for thousands of steps.
-    examples = [assistant_labels(tokenizer, text) for text in judge_texts]
+    examples = [assistant_labels(tokenizer, text) for text in judge_texts(judge_train)]
     judge = Qwen2ForCausalLM.from_pretrained(policy_dir)
     yes = sum(t for *_, t in judge_train)
     print(f"{judge_dir.name}: a copy of {policy_dir.name}, fine-tuned on {len(examples)} (response, criterion) pairs "
@@ -1212,4 +1216,4 @@ if __name__ == "__main__":
                           args.search_long_teacher_error, args.search_long_hidden, args.search_long_layers)
     if args.demo in ("judge", "all"):
         build_judge(args.out, args.seed, args.judge_warm_steps, args.hidden, args.layers, args.lr, args.judge_steps,
-                    args.judge_lr, args.judge_keep, args.judge_wrong, args.judge_pitfall_rate)
+                    args.judge_lr, args.judge_keep, args.judge_wrong, args.judge_pitfall_rate, args.fingerprint)
