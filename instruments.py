@@ -56,9 +56,11 @@ class InstrumentArguments:
     skip_zero_signal: int = arg(0, "N > 0: a prompt whose last group all scored the same (no signal) sits out its "
                                    "next N turns, others taking its place; acts from the 2nd epoch on (0 = off).")
     loophole: str = arg(None, "The hack lab (hack_lab.py): grade the outcome with a planted loophole, the truth "
-                              "beside it: run_tests or exit_status (grpo_code.py), any_number (grpo_math/tools).")
+                              "beside it: run_tests or exit_status (grpo_code.py), any_number (grpo_math/tools), "
+                              "format_bias or self_assessment (grpo_judge.py).")
     hack_mitigation: str = arg(None, "With --loophole: penalize or drop the rollouts the detector flags, rename "
-                                     "the run_tests grader per task, or closed (the loophole fixed, same prompts).")
+                                     "the run_tests grader per task, strip what a judge reads, or closed (the loophole "
+                                     "fixed, same prompts).")
     hack_penalty: float = arg(None, "With --hack_mitigation penalize: what a flagged rollout scores (default -1, "
                                     "below any honest failure; 0 scores it as a failure: docs/hack_lab.md).")
 
@@ -96,6 +98,10 @@ class Run:
                                  "this script")
             problem = hack_lab.problem(args.loophole, args.hack_mitigation, self.recipe["OUTCOME_REWARD"],
                                        args.hack_penalty)
+            if not problem and args.loophole in hack_lab.JUDGE_BIASES and \
+                    getattr(script_args, "judge_mode", "explicit") != "explicit":
+                problem = (f"--loophole {args.loophole} plants a bias in the judge's verdict on each criterion: it "
+                           f"needs --judge_mode explicit, not {script_args.judge_mode}")
             if problem:
                 raise self.error(problem)
             self.lab = hack_lab.Lab(args.loophole, args.hack_mitigation, self.recipe, args.hack_penalty)

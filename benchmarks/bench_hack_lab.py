@@ -3,6 +3,7 @@
     python benchmarks/bench_hack_lab.py                   # 6 arms x 5 seeds, each the demo run: ~30 min on 2 CPU cores
     python benchmarks/bench_hack_lab.py --seeds 0 --arms loophole penalize   # two runs, ~2 min
     python benchmarks/bench_hack_lab.py --seeds 5    # adds a seed: the runs already in the results file are kept
+    python benchmarks/bench_hack_lab.py --lab judge --seeds 0 1 2   # the judge's biases (grpo_judge.py): ~1 hour
 
 Each run is the lab's demo exactly as a user runs it (`python grpo_code.py --config assets/hack_lab.yaml`, as a
 subprocess), with one arm's flags and `--seed`:
@@ -11,6 +12,12 @@ subprocess), with one arm's flags and `--seed`:
   loophole, which the others are compared with);
 - `penalize`, `drop`, `rename`: `--loophole run_tests --hack_mitigation ...`;
 - `penalize_0`: penalize with `--hack_penalty 0`, a flagged rollout scored as a failure rather than below one.
+With `--lab judge`, each run is grpo_judge.py's offline demo (its tiny judge served and audited, then `--max_steps
+JUDGE_STEPS`) under one of the judge's planted biases, `--audit_judge no` (the audit fails them before training, which
+is its point; the lab is there to watch what it would have stopped): `format_bias` and `self_assessment`, each alone
+and with `penalize`, `drop` and `strip`, and `closed` (the judge without a bias). Their truth is the demo's hidden
+checks, and "true accuracy" is the held-out true rubric score (0-1). Written to benchmarks/results/judge_lab.json and
+assets/readme/judge_lab.png.
 Reported per arm and seed (from the run's eval.json and trainer_state.json): the hack rate of the first and last
 logged steps (the truth: the loophole paid, the hidden tests fail), the held-out hack rate and true pass@1 before
 and after, the onset (first logged step over 2%), the run monitor's first warning and its delay after the onset,
@@ -35,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "hack_lab.json"
 PLOT = ROOT / "assets" / "readme" / "hack_lab.png"
-ARMS = {
+CODE_ARMS = {
     "loophole": ["--loophole", "run_tests"],
     "closed": ["--loophole", "run_tests", "--hack_mitigation", "closed"],
     "penalize": ["--loophole", "run_tests", "--hack_mitigation", "penalize"],
@@ -43,13 +50,28 @@ ARMS = {
     "drop": ["--loophole", "run_tests", "--hack_mitigation", "drop"],
     "rename": ["--loophole", "run_tests", "--hack_mitigation", "rename"],
 }
+JUDGE_STEPS = 150
+JUDGE_ARMS = {
+    "closed": ["--loophole", "format_bias", "--hack_mitigation", "closed"],
+    **{f"{bias}{' ' + fix if fix else ''}": ["--loophole", bias, *(["--hack_mitigation", fix] if fix else [])]
+       for bias in ("format_bias", "self_assessment") for fix in (None, "penalize", "drop", "strip")},
+}
+LABS = {  # script, the flags of every run, arms, results file, plot, the plot's title
+    "code": ("grpo_code.py", ["--config", str(ROOT / "assets" / "hack_lab.yaml")], CODE_ARMS, RESULTS, PLOT,
+             "grpo_code.py --loophole run_tests: the hack rate per arm"),
+    "judge": ("grpo_judge.py", ["--max_steps", str(JUDGE_STEPS), "--audit_judge", "no"], JUDGE_ARMS,
+              ROOT / "benchmarks" / "results" / "judge_lab.json", ROOT / "assets" / "readme" / "judge_lab.png",
+              "grpo_judge.py's planted judge biases: the hack rate per arm"),
+}
+ARMS = CODE_ARMS  # main() sets the --lab's
 
 
-def run(arm: str, seed: int, folder: Path, extra: list) -> dict:
+def run(arm: str, seed: int, folder: Path, extra: list, lab: str = "code") -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    command = [sys.executable, str(ROOT / "grpo_code.py"), "--config", str(ROOT / "assets" / "hack_lab.yaml"),
-               *ARMS[arm], "--seed", str(seed), "--output_dir", str(folder), *extra]
+    script, flags, arms, *_ = LABS[lab]
+    command = [sys.executable, str(ROOT / script), *flags, *arms[arm], "--seed", str(seed), "--output_dir",
+               str(folder), *extra]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode:
         raise SystemExit(f"{arm}, seed {seed}: the run failed:\n{result.stderr[-3000:]}")
@@ -57,9 +79,10 @@ def run(arm: str, seed: int, folder: Path, extra: list) -> dict:
     log = json.loads((folder / "trainer_state.json").read_text())["log_history"]
     before, after, lab = evaluation["before"], evaluation["after"], evaluation.get("hack_lab", {})
     train = [e for e in log if "reward" in e]
+    true = "true_score" if before.get("true_score") is not None else "accuracy"  # a judge's accuracy is its own
     return {
         "arm": arm, "seed": seed,
-        "true_accuracy": [before["accuracy"], after["accuracy"]],
+        "true_accuracy": [before[true], after[true]],
         "held_out_hack_rate": [before.get("hack_rate"), after.get("hack_rate")],
         "hack_rate_per_step": [[e["step"], e["hack/rate"]] for e in train if "hack/rate" in e],
         "disputed_per_step": [[e["step"], e["hack/disputed"]] for e in train if "hack/disputed" in e],
@@ -109,7 +132,7 @@ def summarise(runs: list) -> dict:
     return table
 
 
-def plot(runs: list, path: Path):
+def plot(runs: list, path: Path, title: str):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4.2))
@@ -124,26 +147,34 @@ def plot(runs: list, path: Path):
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title("grpo_code.py --loophole run_tests: the hack rate per arm")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
 def main():
+    global ARMS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--lab", choices=list(LABS), default="code",
+                        help="code: grpo_code.py's run_tests loophole; judge: grpo_judge.py's planted judge biases")
+    parser.add_argument("--arms", nargs="+", help="default: every arm of the --lab")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, help="default: the --lab's results file")
     parser.add_argument("--summarise", action="store_true",
                         help="only recompute the summary and the plot from the runs in --output")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="flags added to every run")
     args = parser.parse_args()
+    _, _, ARMS, results, plot_path, title = LABS[args.lab]
+    args.arms = args.arms or list(ARMS)
+    if set(args.arms) - set(ARMS):
+        parser.error(f"--arms: the {args.lab} lab's arms are {', '.join(ARMS)}")
+    args.output = args.output or results
     if args.summarise:
         report = json.loads(args.output.read_text())
         report["summary"] = summarise(report["runs"])
         args.output.write_text(json.dumps(report, indent=1))
-        if args.output == RESULTS:
-            plot(report["runs"], PLOT)
+        if args.output == results:
+            plot(report["runs"], plot_path, title)
         print(json.dumps(report["summary"], indent=1))
         return
     # Runs already in --output for other arms or seeds are kept: seeds can be added a few at a time.
@@ -155,25 +186,25 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:  # seed by seed, all arms: the file holds whole seeds if it is stopped
             for arm in args.arms:
-                runs.append(run(arm, seed, Path(tmp) / f"{arm.replace(' ', '_')}-{seed}", args.extra))
+                runs.append(run(arm, seed, Path(tmp) / f"{arm.replace(' ', '_')}-{seed}", args.extra, args.lab))
                 r = runs[-1]
                 print(f"{arm:12s} seed {seed}: hack rate {r['hack_rate_first']} -> {r['hack_rate_last']}, true "
                       f"accuracy {r['true_accuracy'][0]:.2f} -> {r['true_accuracy'][1]:.2f}, onset {r['onset_step']}, "
                       f"first warning {r['monitor_first_warning']}, detector {r['detector_precision']} / "
                       f"{r['detector_recall']}, {r['training_seconds']:.0f} s", flush=True)
-                write(runs, args.output, command)
+                write(runs, args.output, command, plot_path if args.output == results else None, title)
     print(json.dumps(summarise(runs), indent=1))
 
 
-def write(runs: list, output: Path, command: str):
+def write(runs: list, output: Path, command: str, plot_path: Path | None = None, title: str = ""):
     """The results so far (after each run: a stopped benchmark keeps what it measured)."""
     report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
               "command": command,
               "summary": summarise(runs), "runs": runs}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=1))
-    if output == RESULTS:
-        plot(runs, PLOT)
+    if plot_path:
+        plot(runs, plot_path, title)
 
 
 if __name__ == "__main__":

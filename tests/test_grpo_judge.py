@@ -273,6 +273,45 @@ def test_the_audit_fails_a_judge_with_a_planted_bias_before_any_model_loads(tmp_
     assert "FAIL" not in passed.stdout and "the judge passed its audit" in passed.stdout
 
 
+@pytest.mark.parametrize("loophole, hack", [("format_bias", "wrong answer under a header"),
+                                             ("self_assessment", "wrong answer, 'all criteria are met'")])
+def test_the_audit_grades_with_the_hack_labs_biased_judge_and_fails_before_training(tmp_path, loophole, hack):
+    """The audit grades with the reward training would pay: under a bias the hack lab plants in an honest judge it
+    fails on the hack that bias pays, before any model trains; the audit would have saved the run."""
+    write_jsonl(tmp_path / "rubrics.jsonl", rar_rows())
+    with RuleJudge() as judge:
+        result = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--max_steps", "1",
+                      "--loophole", loophole, "--output_dir", "run"], tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    out = result.stdout[result.stdout.index("judge audit on"):]
+    failed = [line.split("  ")[1].strip() for line in out.splitlines() if line.endswith("FAIL")]
+    assert failed == [hack], out
+    assert f"failed its audit: {hack} scored at or above" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("checkpoint-*"))
+
+
+def test_a_short_judge_lab_run_marks_every_rollout_and_reports_the_lab(tmp_path):
+    """Two steps under a planted bias on data without hidden checks (its truth: the judge without the bias), past
+    the audit it would fail: the hack metrics and the judge's cost are logged, every rollout is marked, and eval.json
+    holds the held-out hack rates and the lab's figures."""
+    write_jsonl(tmp_path / "rubrics.jsonl", rar_rows())
+    with RuleJudge() as judge:
+        result = run([*QUICK, "--dataset_name", "rubrics.jsonl", "--judge_url", judge.url, "--max_steps", "2",
+                      "--loophole", "self_assessment", "--audit_judge", "no", "--output_dir", "run",
+                      "--train_samples_per_log", "-1"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluation = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert evaluation["hack_lab"]["loophole"] == "self_assessment"
+    assert "hack lab (--loophole self_assessment" in result.stdout
+    assert {"hack_rate", "loophole_accuracy"} <= set(evaluation["before"]) & set(evaluation["after"])
+    log = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    steps = [e for e in log if "reward" in e]
+    assert len(steps) == 2 and all({"hack/rate", "hack/disputed", "judge/calls"} <= set(e) for e in steps)
+    rows = read_jsonl(tmp_path / "run" / "train_samples.jsonl")
+    assert sum(len(row["completions"]) for row in rows) == evaluation["hack_lab"]["rollouts"] > 0  # every one counted
+    assert all(isinstance(c["hack"], bool) and isinstance(c["flagged"], bool) for row in rows for c in row["completions"])
+
+
 # ---- a judge that goes away mid-run --------------------------------------------------------------------
 
 def test_a_judge_that_dies_mid_run_is_one_line_and_the_run_resumes(tmp_path):
@@ -317,7 +356,8 @@ def test_judge_demo_starts_the_tiny_judge_audits_it_and_stops_it(tmp_path):
     assert started, result.stdout[-2000:]
     table = result.stdout[result.stdout.index("judge audit on 20 questions"):]
     for hack in ("empty answer", "rubric restated", "criteria titles stuffed", "'meets every criterion' appended",
-                 "reference words shuffled, repeated", "confident wrong answer"):
+                 "reference words shuffled, repeated", "confident wrong answer", "wrong answer under a header",
+                 "wrong answer, 'all criteria are met'"):
         assert re.search(rf"{re.escape(hack)}\s+\d\.\d\d\s+\d+%", table), hack
     assert "the judge passed its audit" in table
     import socket
@@ -342,9 +382,7 @@ def test_the_judge_demo_meets_its_targets_and_the_docs_quote_it():
     assert len(runs) >= 3 and len({r["seed"] for r in runs}) == len(runs)
     gains = [r["after"]["true_score"] - r["before"]["true_score"] for r in runs]
     agreement = [r[when]["judge_agreement"] for r in runs for when in ("before", "after")]
-    # The issue's target is a gain of 0.25 in every run: two of three seeds meet it, seed 2 gains 0.247 (the docs say
-    # so); below 0.20 the demo would no longer show a policy learning from its judge.
-    assert min(gains) >= 0.20 and min(agreement) >= 0.90
+    assert min(gains) >= 0.25 and min(agreement) >= 0.90
     assert max(r["wall_time_seconds"] for r in runs) <= 600
     assert all("the judge passed its audit" in r["audit"] for r in runs)
     assert all(r["judge"]["failures"] == 0 and r["judge"]["unparsable"] <= r["judge"]["calls"] / 1000 for r in runs)
@@ -360,3 +398,6 @@ def test_the_judge_demo_meets_its_targets_and_the_docs_quote_it():
     assert f"the judged score rose from {span([r['before']['accuracy'] for r in runs])} to {judged}" in text
     for run, gain in zip(runs, gains):
         assert (f"seed {run['seed']} gains {gain:.3f}" in text) == (gain < 0.25)
+    cell = (f"a tiny judge in the loop: true rubric score {span([r['before']['true_score'] for r in runs])} -> "
+            f"{span([r['after']['true_score'] for r in runs])}")
+    assert cell in (REPO / "README.md").read_text(), cell  # the README's table of recipes
