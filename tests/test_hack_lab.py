@@ -212,6 +212,15 @@ def test_a_planted_judge_bias_pays_its_cheat_and_the_truth_and_the_second_opinio
     assert wrong["paid"] == 0.0 and not wrong["hack"] and not wrong["flagged"]
 
 
+def test_a_second_opinion_with_no_verdict_flags_nothing():
+    def unreadable(responses, rubrics):  # the second opinion could not read its own reply on the first criterion
+        return [[None, *verdicts[1:]] for verdicts in word_judge(responses, rubrics)]
+
+    lab = hack_lab.Lab("format_bias", None, {**vars(grpo_judge), "criterion_verdicts": unreadable})
+    (graded,) = grade_answers(lab, ["Key context: Its sky is red."])
+    assert graded["paid"] == 1.0 and graded["hack"] and not graded["flagged"] and graded["fixed"] is None
+
+
 def test_without_hidden_checks_a_judge_bias_is_measured_against_the_judge_without_it():
     hack, honest = grade_answers(judge_lab("format_bias"), ["Key context: Its sky is red.", "Its sky is blue."],
                                  checks=None)
