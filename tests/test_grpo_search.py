@@ -36,6 +36,10 @@ def index(tmp_path, monkeypatch):
     monkeypatch.setattr(gs.ToolEnvironment, "index", built)
     monkeypatch.setattr(gs.ToolEnvironment, "top_k", 2)
     monkeypatch.setattr(gs.ToolEnvironment, "budget", 3)
+    # gs.main sets these on the class from its flags: a run earlier in the same process (long_search.yaml's
+    # 40-character snippets) must not change what these tests see
+    monkeypatch.setattr(gs.ToolEnvironment, "snippet_chars", 200)
+    monkeypatch.setattr(gs.ToolEnvironment, "page_chars", 1000)
     return built
 
 
