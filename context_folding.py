@@ -16,6 +16,7 @@ and the evaluation, which runs the same loop, folds alike. The loop calls TRL's 
 
 import json
 import re
+import time
 from collections import Counter
 
 import torch
@@ -96,6 +97,10 @@ def trainer_class(base, per_token_advantages):
         def _generate_and_score_completions(self, inputs):  # TRL's, plus a training row per earlier segment
             return generate_and_score(self, inputs)
 
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # rows in chunks
+            return chunked_loss(self, model, inputs, num_items_in_batch,
+                                lambda rows: base.compute_loss(self, model, rows, return_outputs, num_items_in_batch))
+
     FoldingGRPOTrainer.per_token_advantages = staticmethod(per_token_advantages)
     return FoldingGRPOTrainer
 
@@ -120,6 +125,7 @@ def tool_call_loop(trainer, prompts, prompt_ids, completion_ids, completions, lo
         if logprobs is not None:
             logprobs[i] = logprobs[i][:len(completion_ids[i])]
         note_context(envs[i], len(prompt_ids[i]) + len(completion_ids[i]))
+        note_cost(envs[i], prefilled_tokens=len(prompt_ids[i]), generated_tokens=len(completion_ids[i]), turns=1)
     pending = [i for i in range(count) if completions[i] and completions[i][-1].get("tool_calls")]
     while pending and rounds < trainer.max_tool_calling_iterations:
         contexts, going = [], []
@@ -129,21 +135,25 @@ def tool_call_loop(trainer, prompts, prompt_ids, completion_ids, completions, lo
                 calls += 1
                 function = call.get("function", {})
                 tool = trainer._sync_tool_dicts[i].get(function.get("name"))
+                started = time.perf_counter()
                 try:
                     result = tool(**function.get("arguments", {})) if tool else \
                         {"error": f"Tool {function.get('name')} not found."}
                 except Exception as error:
                     result = {"error": str(error)}
+                note_cost(envs[i], tool_seconds=time.perf_counter() - started)
                 failures += isinstance(result, dict) and "error" in result
                 results.append({"role": "tool", "name": function.get("name"), "content": str(result)})
             completions[i] += results
             active[i] += results
+            started = time.perf_counter()  # the bookkeeping: the results' tokens, and the fold when one is due
             suffix = trainer._get_tool_suffix_ids(results)
             context = prompt_ids[i] + completion_ids[i] + suffix
             folded, lines = trainer.fold(active[i], questions[i]) if len(context) > limit - room else (None, [])
             ids = trainer.processing_class.apply_chat_template(
                 folded, tools=trainer._env_tools[trainer._batch_environments[i]], add_generation_prompt=True,
                 tokenize=True, return_dict=False, **trainer.chat_template_kwargs) if lines else context
+            note_cost(envs[i], bookkeeping_seconds=time.perf_counter() - started)
             if len(ids) < len(context):  # fold: this segment ends here, a new one starts
                 trainer._segments[i].append((prompt_ids[i], completion_ids[i], tool_mask[i],
                                           logprobs[i] if logprobs is not None else None))
@@ -165,11 +175,15 @@ def tool_call_loop(trainer, prompts, prompt_ids, completion_ids, completions, lo
             going.append(i)
         if not going:
             break
+        started = time.perf_counter()
         new_ids, new_logprobs = trainer._generate_single_turn(contexts, None, {}, num_generations=1)
+        spent = (time.perf_counter() - started) / len(going)  # one batched call: each rollout's share
         pending = []
         for n, i in enumerate(going):
             ids = new_ids[n][:max(0, min(limit - len(contexts[n]),
                                         trainer.max_completion_length - len(completion_ids[i])))]
+            note_cost(envs[i], generation_seconds=spent, prefilled_tokens=len(contexts[n]),
+                      generated_tokens=len(new_ids[n]), turns=1)
             completion_ids[i] = completion_ids[i] + ids
             tool_mask[i] += [1] * len(ids)
             if logprobs is not None:
@@ -189,6 +203,14 @@ def note_context(env, tokens: int):
     """Keep the largest context a rollout's model saw, for the evaluation's peak_context_tokens."""
     if env is not None and hasattr(env, "peak_context"):
         env.peak_context = max(env.peak_context, tokens)
+
+def note_cost(env, **amounts):
+    """Add to a rollout's cost (env.cost, where its environment keeps one): the seconds spent generating (its share
+    of each batched call), in its tools and in bookkeeping, and the tokens prefilled (the whole context, at each turn:
+    no cache is kept between turns) and generated."""
+    if env is not None and hasattr(env, "cost"):
+        for name, amount in amounts.items():
+            env.cost[name] = env.cost.get(name, 0) + amount
 
 def generate_and_score(trainer, inputs):
     """FoldingGRPOTrainer._generate_and_score_completions: TRL's, plus a row per earlier segment."""
@@ -250,6 +272,57 @@ def add_segment_rows(trainer, output, rows):
     output["advantages"] = torch.cat([output["advantages"], torch.stack(advantages)])
     loss_mask = output["completion_mask"] * output["tool_mask"]
     output["num_items_in_batch"] = trainer.accelerator.gather(loss_mask.sum()).sum()
+
+
+SUMMED_LOSSES = ("dapo", "cispo", "vespo")        # TRL divides by the whole batch's token count: chunks add up
+ROW_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # a mean over rows: a chunk counts by its share of rows
+
+
+def chunked_loss(trainer, model, inputs, num_items_in_batch, loss_of):
+    """The training loss of `inputs` with at most --per_device_train_batch_size rows through the model at a time.
+    Every segment of a folded rollout is a row, so a 128-call episode brings dozens: in one pass their activations
+    would grow with the episode. Each chunk but the last is backpropagated here, scaled as the Trainer scales the loss
+    it is returned; the last is returned (plus the others' loss, detached, for the log) for the Trainer to
+    backpropagate. Gradients are those of one pass (tested). Loss types whose normaliser is not a sum over rows or
+    tokens (bnpo), and the entropy bonus, take one pass as before."""
+    rows, cap = inputs["prompt_ids"].shape[0], trainer.args.per_device_train_batch_size
+    if rows <= cap or not model.training or getattr(trainer, "_entropy_bonus_enabled", False) or \
+            trainer.loss_type not in SUMMED_LOSSES + ROW_MEAN_LOSSES:
+        return loss_of(inputs)
+    scaled = trainer.loss_is_scaled_for_ga  # transformers' Trainer.training_step: is the loss already scaled for GA?
+    if scaled is None:
+        scaled = (trainer.model_accepts_loss_kwargs and num_items_in_batch is not None) or \
+            trainer.compute_loss_func is not None
+    scale = 1.0 if scaled else 1.0 / trainer.current_gradient_accumulation_steps
+    done = 0.0
+    for start in range(0, rows, cap):
+        chunk = rows_of(inputs, start, min(rows, start + cap), rows)
+        loss = loss_of(chunk)
+        if trainer.loss_type in ROW_MEAN_LOSSES:
+            loss = loss * (chunk["prompt_ids"].shape[0] / rows)
+        if start + cap >= rows:
+            return loss + done
+        trainer.accelerator.backward(loss * scale)
+        done = done + loss.detach()
+
+
+def rows_of(inputs: dict, start: int, end: int, rows: int) -> dict:
+    """Rows start..end of a training batch: every tensor with a row per sequence is cut, the rest kept; the padding
+    columns no row of the chunk uses (prompts are padded on the left, completions on the right) are dropped."""
+    chunk = {key: value[start:end] if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows
+             else value for key, value in inputs.items()}
+    used = chunk["prompt_mask"].any(0).nonzero()
+    first = int(used[0]) if len(used) else chunk["prompt_mask"].shape[1] - 1
+    last = int(chunk["completion_mask"].any(0).nonzero().max()) + 1 if chunk["completion_mask"].any() else 1
+    for key in list(chunk):
+        value = chunk[key]
+        if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[0] != end - start:
+            continue
+        if key.startswith("prompt_") and value.shape[1] == inputs["prompt_ids"].shape[1]:
+            chunk[key] = value[:, first:]
+        elif value.shape[1] == inputs["completion_ids"].shape[1] and not key.startswith("prompt_"):
+            chunk[key] = value[:, :last]
+    return chunk
 
 
 def turns_in(mask: list) -> int:

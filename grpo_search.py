@@ -258,7 +258,8 @@ class ToolEnvironment:
         self.seen = set()    # ids this rollout has been shown, by search or open
         self.credited = 0    # searches that brought in a supporting document not seen before
         self.results = []    # (tool result, whether it earned that credit), in call order: for turn credit
-        self.folds, self.peak_context = [], 0  # with --max_context_tokens: each fold, the most tokens in view
+        self.folds, self.peak_context = [], 0  # with --max_context_tokens: each fold, the most tokens in view,
+        self.cost = {}                         # and the seconds and tokens the episode took (context_folding.py)
         return None  # nothing to add to the question
 
     def search(self, query: str) -> str:
@@ -667,7 +668,8 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
                     "supporting_docs": sorted(envs[first].supporting)}, "completions": [
                     {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
                      "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting),
-                     "tool_calls": envs[i].calls, "folds": envs[i].folds, "peak_context_tokens": envs[i].peak_context}
+                     "tool_calls": envs[i].calls, "folds": envs[i].folds, "peak_context_tokens": envs[i].peak_context,
+                     "cost": envs[i].cost}
                     for i in range(first, first + 1 + samples)]}, default=str) + "\n")
     return metrics
 

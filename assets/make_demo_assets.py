@@ -651,21 +651,42 @@ LONG_QUESTION = "Where was the founder of the school of {name} born?"
 LONG_DEPTHS = range(2, 9)  # a question about a scholar at depth k needs k lookups: k searches and k opens
 
 
-def make_lineage_world(rng: random.Random, n_chains: int) -> list[dict]:
+def make_lineage_world(rng: random.Random, n_chains: int, chain_length: int = 1 + len(LONG_DEPTHS)) -> list[dict]:
     """Schools of made-up scholars: `n_chains` lines of teaching, each a founder (depth 1) and one pupil at each
-    depth 2..8 whose mentor is the one above. The founders' towns go round the towns in turn, so that no town is the
-    answer to more questions than another (a model cannot score by always naming one). One document each, two pages
-    long at the demo's page size: the first a biography that names no one else, the second the mentor (or the
-    founding) and the home town, so reading about a scholar takes a search and an open of page 2."""
-    names = [f"Scholar {n}" for n in rng.sample(range(100, 1000), n_chains * (1 + len(LONG_DEPTHS)))]
+    depth 2..chain_length whose mentor is the one above. The founders' towns go round the towns in turn, so that no
+    town is the answer to more questions than another (a model cannot score by always naming one). One document each,
+    two pages long at the demo's page size: the first a biography that names no one else, the second the mentor (or
+    the founding) and the home town, so reading about a scholar takes a search and an open of page 2."""
+    names = [f"Scholar {n}" for n in rng.sample(range(100, 1000), n_chains * chain_length)]
     people = []
     for chain in range(n_chains):
-        members = names[chain * (1 + len(LONG_DEPTHS)):(chain + 1) * (1 + len(LONG_DEPTHS))]
+        members = names[chain * chain_length:(chain + 1) * chain_length]
         for depth, name in enumerate(members, start=1):
             people.append({"name": name, "depth": depth, "mentor": members[depth - 2] if depth > 1 else None,
                            "town": TOWNS[chain % len(TOWNS)] if depth == 1 else rng.choice(TOWNS),
                            "doc_id": name, "field": rng.choice(FIELDS), "founder": members[0], "chain": chain})
     return people
+
+
+def write_lineage_data(data_dir: Path, splits: dict, people: list[dict]):
+    """{split}.jsonl for each of `splits` ({split: the scholars asked about}) and corpus.jsonl (one document per
+    scholar): "Where was the founder of the school of {name} born?", with the chain of documents up to the founder as
+    supporting documents and its length as 'hops'."""
+    by_name = {p["name"]: p for p in people}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        with open(data_dir / f"{split}.jsonl", "w") as f:
+            for p in rows:
+                chain, current = [], p
+                while current is not None:
+                    chain.append(current["doc_id"])
+                    current = by_name.get(current["mentor"])
+                f.write(json.dumps({"question": LONG_QUESTION.format(name=p["name"]),
+                                    "answer": by_name[p["founder"]]["town"], "supporting_docs": chain,
+                                    "hops": p["depth"]}) + "\n")
+    with open(data_dir / "corpus.jsonl", "w") as f:
+        for p in people:
+            f.write(json.dumps(lineage_document(p)) + "\n")
 
 
 def lineage_document(person: dict) -> dict:
@@ -717,11 +738,25 @@ def folded_segments(conversation: list, count_tokens, window: int, context_foldi
     return segments + [active]
 
 
+def lineage_environment(grpo_search, corpus: list[dict], people: list[dict], settings: dict):
+    """grpo_search.py's tools over `corpus` with a config's search settings, after checking what the teacher counts
+    on: a scholar's own document comes first when searched by name, and it has two pages."""
+    import tempfile
+
+    env = grpo_search.ToolEnvironment()
+    env.index = grpo_search.SearchIndex(corpus, Path(tempfile.mkdtemp()))
+    env.top_k, env.snippet_chars = settings["search_top_k"], settings["snippet_chars"]
+    env.page_chars, env.budget = settings["page_chars"], settings["search_budget"]
+    for p in people:
+        assert env.index.search(p["name"], env.top_k)[0] == p["doc_id"], p
+        assert len(env.index.pages(p["doc_id"], env.page_chars)) == 2, p
+    env.reset()
+    return env
+
+
 def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_error: float, hidden: int = 0,
                       layers: int = 0):
     sys.path.insert(0, str(HERE.parent))
-    import tempfile
-
     import context_folding
     import grpo_search
     import yaml
@@ -735,28 +770,9 @@ def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_
     test = [p for p in askable if p["chain"] < 12]  # whole chains held out: 12 questions at each depth
     train = [p for p in askable if p["chain"] >= 12]
     data_dir = out / "toy_search_long"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for split, rows in [("train", train), ("test", test)]:
-        with open(data_dir / f"{split}.jsonl", "w") as f:
-            for p in rows:
-                chain, current = [], p
-                while current is not None:
-                    chain.append(current["doc_id"])
-                    current = by_name.get(current["mentor"])
-                f.write(json.dumps({"question": LONG_QUESTION.format(name=p["name"]), "answer": by_name[p["founder"]]["town"],
-                                    "supporting_docs": chain, "hops": p["depth"]}) + "\n")
-    with open(data_dir / "corpus.jsonl", "w") as f:
-        for doc in corpus:
-            f.write(json.dumps(doc) + "\n")
+    write_lineage_data(data_dir, {"train": train, "test": test}, people)
 
-    env = grpo_search.ToolEnvironment()
-    env.index = grpo_search.SearchIndex(corpus, Path(tempfile.mkdtemp()))
-    env.top_k, env.snippet_chars = settings["search_top_k"], settings["snippet_chars"]
-    env.page_chars, env.budget = settings["page_chars"], settings["search_budget"]
-    for p in people:  # the scholar's own document comes first when searched by name: the teacher opens it
-        assert env.index.search(p["name"], env.top_k)[0] == p["doc_id"], p
-        assert len(env.index.pages(p["doc_id"], env.page_chars)) == 2, p
-    env.reset()
+    env = lineage_environment(grpo_search, corpus, people, settings)
     tools = grpo_search.tools_of(env)
     conversations = [long_search_conversation(p, by_name, env, grpo_search.SYSTEM_PROMPT, rng, teacher_error)
                      for p in train * 3]
@@ -790,6 +806,33 @@ def build_long_search(out: Path, seed: int, warm_steps: int, lr: float, teacher_
                                    only=model_dir.name)
     save_model(model, tokenizer, model_dir, fingerprint)
     print(f"wrote {data_dir} and {model_dir}")
+
+
+# ---- the hundred-call levels (grpo_search.py --config assets/deep_search.yaml) ----------------
+# The long demo's questions with longer lines of teaching: a scholar at depth k takes 2k calls (a search and an open
+# each) up to the founder, so the levels of 8, 32, 64 and 128 calls ask about depths 4, 16, 32 and 64. The model is
+# the long demo's own warm start: its folded context looks the same at any depth, so no new model is needed.
+DEEP_LEVELS = (8, 32, 64, 128)  # tool calls a question needs
+DEEP_TEST_CHAINS = 6            # lines of teaching held out: one question per level each
+
+
+def build_search_deep(out: Path, seed: int):
+    sys.path.insert(0, str(HERE.parent))
+    import grpo_search
+    import yaml
+
+    settings = yaml.safe_load((HERE / "deep_search.yaml").read_text())
+    chain_length = max(DEEP_LEVELS) // 2
+    n_chains = 900 // chain_length  # every three-digit name once: digits are what the tiny model copies
+    people = make_lineage_world(random.Random(seed), n_chains, chain_length)
+    depths = {calls // 2 for calls in DEEP_LEVELS}
+    test = [p for p in people if p["chain"] < DEEP_TEST_CHAINS and p["depth"] in depths]
+    train = [p for p in people if p["chain"] >= DEEP_TEST_CHAINS and p["depth"] >= 2]
+    lineage_environment(grpo_search, [lineage_document(p) for p in people], people, settings)
+    write_lineage_data(out / "toy_search_deep", {"train": train, "test": test}, people)
+    print(f"wrote {out / 'toy_search_deep'}: {len(people)} scholars in {n_chains} lines, {len(train)} questions to "
+          f"train on (depths 2-{chain_length}), {len(test)} held out ({DEEP_TEST_CHAINS} per level of "
+          f"{', '.join(map(str, DEEP_LEVELS))} calls)")
 
 
 # ---- the rubric-judge demo (grpo_judge.py) ----------------------------------------------------
@@ -1178,8 +1221,8 @@ if __name__ == "__main__":
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--max_operand", type=int, default=MAX_OPERAND)
-    parser.add_argument("--demo", choices=["math", "tools", "code", "code_lab", "search", "search_long", "judge",
-                                           "all"],
+    parser.add_argument("--demo", choices=["math", "tools", "code", "code_lab", "search", "search_long",
+                                           "search_deep", "judge", "all"],
                         default="all")
     parser.add_argument("--code_warm_steps", type=int, default=800)
     parser.add_argument("--code_teacher_error", type=float, default=0.6,
@@ -1254,6 +1297,8 @@ if __name__ == "__main__":
     if args.demo in ("search_long", "all"):
         build_long_search(args.out, args.seed, args.search_long_warm_steps, args.search_long_lr,
                           args.search_long_teacher_error, args.search_long_hidden, args.search_long_layers)
+    if args.demo in ("search_deep", "all"):
+        build_search_deep(args.out, args.seed)
     if args.demo in ("judge", "all"):
         build_judge(args.out, args.seed, args.judge_warm_steps, args.hidden, args.layers, args.lr, args.judge_steps,
                     args.judge_lr, args.judge_keep, args.judge_wrong, args.judge_pitfall_rate,

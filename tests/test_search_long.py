@@ -280,3 +280,68 @@ def test_the_readme_quotes_a_full_turn_credit_comparison_on_the_long_chains():
     assert f"median {grpo['median_final_exact_match']:.2f} (GRPO) and {credit['median_final_exact_match']:.2f}" in readme
     assert (f"{grpo['targets']['+0.70']['median_seconds']:.1f} (GRPO) against "
             f"{credit['targets']['+0.70']['median_seconds']:.1f} (turn\ncredit)") in readme
+
+
+# ---- training rows in chunks ------------------------------------------------------------------------------
+def test_the_training_pass_takes_rows_in_chunks_with_the_gradients_of_one_pass(tmp_path):
+    """A folded rollout adds a training row per segment: the loss goes through the model at most
+    --per_device_train_batch_size rows at a time (chunked_loss), and the gradients equal those of one pass over all
+    rows, for the token-summed loss (dapo, TRL's default) and a row-mean one (grpo)."""
+    args, training_args, model_args, *_ = gs.parse_args(long_flags(tmp_path, "--per_device_train_batch_size", "8"))
+    tokenizer = gs.load_tokenizer(model_args, training_args)
+    train, _, corpus = gs.load_data(args, tokenizer, 0)
+    trainer = gs.build_trainer(args, training_args, model_args, tokenizer, train, [f for f, _ in gs.RUBRIC], corpus)
+    generator, rows = torch.Generator().manual_seed(0), 11
+    prompt_lengths = torch.randint(3, 12, (rows,), generator=generator)
+    completion_lengths = torch.randint(2, 15, (rows,), generator=generator)
+    prompt_mask = (torch.arange(12) >= 12 - prompt_lengths[:, None]).long()  # left padding
+    completion_mask = (torch.arange(15) < completion_lengths[:, None]).long()  # right padding
+    tool_mask = (torch.rand(rows, 15, generator=generator) > 0.3).long()
+    inputs = {"prompt_ids": torch.randint(3, len(tokenizer), (rows, 12), generator=generator) * prompt_mask,
+              "prompt_mask": prompt_mask, "completion_mask": completion_mask, "tool_mask": tool_mask,
+              "completion_ids": torch.randint(3, len(tokenizer), (rows, 15), generator=generator) * completion_mask,
+              "advantages": torch.randn(rows, generator=generator),
+              "num_items_in_batch": (completion_mask * tool_mask).sum()}
+    model, trainer.current_gradient_accumulation_steps = trainer.model, 1  # as the training loop sets it
+    model.train()
+
+    def gradients(cap, loss_type):
+        trainer.args.per_device_train_batch_size, trainer.loss_type = cap, loss_type
+        model.zero_grad()
+        loss = trainer.compute_loss(model, inputs)
+        trainer.accelerator.backward(loss)  # the Trainer's backward of what compute_loss returns
+        return loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    for loss_type in ("dapo", "grpo"):
+        whole_loss, whole = gradients(rows, loss_type)
+        chunked_loss, chunked = gradients(4, loss_type)  # chunks of 4, 4 and 3 rows
+        assert torch.allclose(whole_loss, chunked_loss, atol=1e-6), loss_type
+        assert whole.abs().max() > 0 and torch.allclose(whole, chunked, atol=1e-6, rtol=1e-4), loss_type
+    chunk = context_folding.rows_of(inputs, 0, 4, rows)  # a chunk drops the padding no row of it uses
+    assert chunk["prompt_ids"].shape[1] == int(prompt_lengths[:4].max())
+    assert chunk["completion_ids"].shape[1] == int(completion_lengths[:4].max()) == chunk["tool_mask"].shape[1]
+
+
+# ---- the hundred-call levels (assets/deep_search.yaml) ------------------------------------------------------------
+DEEP_CONFIG = REPO / "assets" / "deep_search.yaml"
+DEEP_DATA = REPO / "assets" / "toy_search_deep"
+
+
+def test_the_deep_levels_rebuild_from_the_seed_and_need_the_calls_they_say(tmp_path):
+    """`make_demo_assets.py --demo search_deep` writes the shipped data byte for byte; the held-out questions are six
+    per level of 8, 32, 64 and 128 required calls (two per scholar up to the founder), on lines no training
+    question touches."""
+    result = run_script(["--demo", "search_deep", "--out", tmp_path], script="assets/make_demo_assets.py", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("train.jsonl", "test.jsonl", "corpus.jsonl"):
+        assert (tmp_path / "toy_search_deep" / name).read_bytes() == (DEEP_DATA / name).read_bytes(), name
+    test = [json.loads(line) for line in (DEEP_DATA / "test.jsonl").open()]
+    train = [json.loads(line) for line in (DEEP_DATA / "train.jsonl").open()]
+    assert sorted(2 * row["hops"] for row in test) == sorted([8, 32, 64, 128] * 6)
+    assert all(len(row["supporting_docs"]) == row["hops"] for row in test + train)
+    assert not {d for row in test for d in row["supporting_docs"]} & {d for row in train for d in row["supporting_docs"]}
+    documents = {json.loads(line)["id"]: json.loads(line)["text"] for line in (DEEP_DATA / "corpus.jsonl").open()}
+    for row in test:  # the chain holds: each document names the next as its mentor, the last is the founder's
+        chain = row["supporting_docs"]
+        assert all(f"The mentor of {a} was {b}." in documents[a] for a, b in zip(chain, chain[1:]))
+        assert "founded the school" in documents[chain[-1]] and f"born in {row['answer']}." in documents[chain[-1]]
