@@ -86,6 +86,11 @@ The long-horizon search demo (assets/toy_search_long/, assets/tiny-qwen-search-l
 3. Warm start: a sloppy teacher once more: in 60% of its conversations it answers after the first
    scholar with that scholar's own town; otherwise it follows the mentors up to the founder.
 
+The hundred-call levels (assets/toy_search_deep/, data only, run with `python grpo_search.py --config
+assets/deep_search.yaml` and the long demo's model): the long demo's question and documents over 14 lines of 64
+scholars (every three-digit name once). 6 lines held out, asked about at depths 4, 16, 32 and 64: levels of 8, 32,
+64 and 128 required calls; the other 8 lines asked about at every depth, to train on.
+
 The rubric-judge demo (assets/toy_judge/, assets/tiny-judge/, assets/tiny-qwen-judge/, for grpo_judge.py):
 1. Toy data in ScaleAI/RaR-Science's layout: a question about a made-up planet that lists its facts ("Describe the
    planet Pelwim. Facts: a blue sky, thick air, seven moons and no rings."), a reference answer, and a rubric of 3-5
