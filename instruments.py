@@ -260,15 +260,15 @@ def changed_flags(*settings) -> dict:
     nothing (None to False or [], a config object) is not a change."""
     changed = {}
     for values in settings:
-        for field in dataclasses.fields(values):
-            value = getattr(getattr(values, field.name), "value", getattr(values, field.name))  # enums by value
-            default = (field.default if field.default is not dataclasses.MISSING else
-                       field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
+        for setting in dataclasses.fields(values):
+            value = getattr(getattr(values, setting.name), "value", getattr(values, setting.name))  # enums by value
+            default = (setting.default if setting.default is not dataclasses.MISSING else
+                       setting.default_factory() if setting.default_factory is not dataclasses.MISSING else None)
             default = getattr(default, "value", default)
-            if not field.init or str(value) == str(default) or (default is None and dataclasses.is_dataclass(value)) \
+            if not setting.init or str(value) == str(default) or (default is None and dataclasses.is_dataclass(value)) \
                     or (value in (None, False, "", [], {}, "none") and default in (None, False, "", [], {}, "none")):
                 continue
-            changed[field.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+            changed[setting.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
     return changed
 
 
