@@ -118,6 +118,27 @@ def test_long_search_benchmark_trains_then_compares_the_folding_modes(tmp_path):
     assert "| 8 | rule-based |" in stdout
 
 
+def test_deep_search_benchmark_trains_then_times_episodes_one_at_a_time(tmp_path):
+    """The hundred-call benchmark's quick path (level 8 only, one step): the run's levels before and after, episodes
+    timed one at a time with their cost split (folded) and their peak in view, a GRPO step's group of rollouts."""
+    report, stdout = run_benchmark("bench_search_deep", ["--max_hops", "4", "--max_steps", "1", "--per_level", "1"],
+                                   tmp_path)
+    assert report["steps"] == 1 and set(report["levels"]["before"]) == set(report["levels"]["after"]) == {"8"}
+    assert report["levels"]["after"]["8"]["questions"] == 6
+    folded, unfolded = report["timed"]["folded"], report["timed"]["unfolded"]
+    assert [row["required_calls"] for row in folded["episodes"]] == [8] == [r["required_calls"] for r in
+                                                                         unfolded["episodes"]]
+    episode = folded["episodes"][0]
+    assert 1 <= episode["cost"]["turns"] <= episode["tool_calls"] + 1
+    assert 0 < sum(episode["cost"][part] for part in ("generation_seconds", "tool_seconds",
+                                                      "bookkeeping_seconds")) <= episode["seconds"]
+    assert episode["cost"]["prefilled_tokens"] > episode["peak_tokens"] > 0  # every turn prefills its context
+    assert unfolded["episodes"][0]["peak_tokens"] > 0 and not unfolded["episodes"][0]["cost"]
+    group = report["timed"]["group_rollout"]
+    assert group["level"] == 8 and group["rollouts"] == len(group["tool_calls"]) == 8
+    assert "| 8 | folded |" in stdout and "| 8 | 0." in stdout
+
+
 def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):
     report, _ = run_benchmark("bench_turn_credit", ["--long", "--seeds", "42", "--max_steps", "1", "--eval_every",
                                                     "1", "--eval_examples", "7", "--gains=-1"], tmp_path)

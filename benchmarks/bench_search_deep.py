@@ -1,0 +1,245 @@
+"""Benchmark: a hundred tool calls in one episode. GRPO on levels of 8 to 128 required calls, and what an episode
+costs as it grows, folded and not.
+
+    python benchmarks/bench_search_deep.py                  # ~35 min on 2 CPU cores: trains, then measures
+    python benchmarks/bench_search_deep.py --run DIR        # train into DIR; if it holds a finished run, measure it
+    python benchmarks/bench_search_deep.py --max_hops 4 --max_steps 1 --per_level 1   # a quick check, ~2 min
+
+The config is assets/deep_search.yaml: the long demo's model and 1,024-token window over lines of 64 scholars, whose
+held-out questions are levels of 8, 32, 64 and 128 required calls (six each). First GRPO as a user runs it
+(`grpo_search.py --config assets/deep_search.yaml`): its held-out exact match per level before and after (the run's
+own batched, greedy evaluations). Then the trained model answers `--per_level` questions of each level greedily,
+one episode at a time so that its wall time is its own, folded (the config's window) and not (--max_context_tokens
+0: the whole conversation in view, up to the model's 1,024 positions). Per level and mode: solved, tool calls,
+seconds per episode and per call, where a call's time goes (generation, tools, and bookkeeping: the loop's own
+work, folds included), tokens prefilled (no cache is kept between turns: each turn prefills its whole context) and
+generated per episode, and the peak of tokens in view. The slope of an episode's seconds over its calls, and the
+seconds per call at 128 over those at 8, say whether a call's cost grows with the episode. Last, one GRPO step's
+sampling on a 128-call question: a group of --num_generations rollouts at the training temperature, timed. Written
+to benchmarks/results/search_deep.json, whose tables docs/grpo_search.md shows.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "search_deep.json"
+CONFIG = ROOT / "assets" / "deep_search.yaml"
+DATA = ROOT / "assets" / "toy_search_deep"
+os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "TOKENIZERS_PARALLELISM": "false"})
+sys.path.insert(0, str(ROOT))
+
+import grpo_search  # noqa: E402
+
+MODES = {"folded": [], "unfolded": ["--max_context_tokens", "0", "--max_completion_length", "4096"]}
+COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
+
+
+MAX_HOPS = []  # --max_hops K: ["--max_hops", K], passed to every run
+
+
+def trainer_for(flags: list, output_dir: Path):
+    """grpo_search.py's trainer and held-out rows for the config plus `flags`, built as main() builds them."""
+    argv = ["--config", CONFIG, *flags, *MAX_HOPS, "--output_dir", output_dir]
+    script_args, training_args, model_args, *_ = grpo_search.parse_args(list(map(str, argv)))
+    tokenizer = grpo_search.load_tokenizer(model_args, training_args)
+    train, held_out, *recipe_data = grpo_search.load_data(script_args, tokenizer, training_args.seed)
+    rewards = [func for func, _ in grpo_search.RUBRIC]
+    trainer = grpo_search.build_trainer(script_args, training_args, model_args, tokenizer, train, rewards, *recipe_data)
+    return trainer, held_out
+
+
+def episodes(trainer, held_out, per_level: int) -> list[dict]:
+    """`per_level` held-out questions of each level answered greedily, one at a time (so that an episode's wall time
+    is its own): solved, calls, wall seconds, cost, peak tokens in view, folds."""
+    grade, taken, hops = grpo_search.outcome_reward(), defaultdict(int), hops_of_questions()
+    rows = []
+    for k in range(len(held_out)):
+        row = held_out.select([k])
+        depth = hops[row[0]["question"]]
+        if taken[depth] >= per_level:
+            continue
+        taken[depth] += 1
+        started = time.perf_counter()
+        (rollout,), = grpo_search.rollouts(trainer, row, batch_size=1)
+        wall = time.perf_counter() - started
+        score = grade([rollout.messages], answer=[row[0]["answer"]], environments=[rollout.env])[0]
+        if not rollout.env.peak_context:  # unfolded, the model saw its whole conversation: prompt and completion
+            rollout.env.peak_context = len(trainer.processing_class.apply_chat_template(
+                row[0]["prompt"], tools=grpo_search.tools_of(rollout.env), add_generation_prompt=True, tokenize=True,
+                return_dict=False)) + len(rollout.completion_ids)
+        rows.append({"hops": depth, "required_calls": 2 * depth, "solved": score == 1.0,
+                     "tool_calls": rollout.env.calls, "seconds": wall, "cost": dict(rollout.env.cost),
+                     "peak_tokens": rollout.env.peak_context or None, "folds": len(rollout.env.folds)})
+    return rows
+
+
+def hops_of_questions() -> dict:
+    """{held-out question: its hops} (the loaded rows keep the question, not the data's 'hops' column)."""
+    return {json.loads(line)["question"]: json.loads(line)["hops"] for line in (DATA / "test.jsonl").open()}
+
+
+def run_levels(path: Path) -> dict:
+    """The run's own held-out evaluation (eval_before.jsonl, eval_after.jsonl: batched, greedy), per level: exact
+    match, tool calls, peak tokens in view, folds."""
+    hops, groups = hops_of_questions(), defaultdict(list)
+    for line in path.open():
+        row = json.loads(line)
+        greedy = next(c for c in row["completions"] if c["greedy"])
+        question = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+        groups[2 * hops[question]].append(greedy)
+    return {str(level): {"questions": len(g),
+                         "exact_match": round(sum(c["rewards"]["exact_match_reward"] == 1 for c in g) / len(g), 3),
+                         "tool_calls": round(statistics.mean(c["tool_calls"] for c in g), 1),
+                         "peak_tokens_max": max(c["peak_context_tokens"] for c in g),
+                         "folds": round(statistics.mean(len(c["folds"]) for c in g), 1)}
+            for level, g in sorted(groups.items())}
+
+
+def by_level(rows: list[dict]) -> dict:
+    """{required calls: exact match, calls, seconds per episode and per call, the cost's parts per call, tokens}."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[row["required_calls"]].append(row)
+    table = {}
+    for level, group in sorted(groups.items()):
+        calls = sum(r["tool_calls"] for r in group)
+        costed = [r for r in group if r["cost"]]
+        table[str(level)] = {
+            "questions": len(group), "exact_match": round(sum(r["solved"] for r in group) / len(group), 3),
+            "tool_calls": round(calls / len(group), 1),
+            "seconds_per_episode": round(statistics.mean(r["seconds"] for r in group), 2),
+            "seconds_per_call": round(sum(r["seconds"] for r in group) / calls, 4) if calls else None,
+            **({f"{part}_per_call": round(sum(r["cost"].get(part, 0) for r in costed) / calls, 4)
+                for part in COST_PARTS} if costed and calls else {}),
+            **({f"{name}_per_episode": round(statistics.mean(r["cost"].get(name, 0) for r in costed))
+                for name in ("prefilled_tokens", "generated_tokens")} if costed else {}),
+            "peak_tokens_max": max((r["peak_tokens"] or 0) for r in group),
+            "folds": round(statistics.mean(r["folds"] for r in group), 1)}
+    return table
+
+
+def slope(rows: list[dict]) -> dict:
+    """Least squares of an episode's seconds over its tool calls: seconds per extra call, and the intercept."""
+    points = [(r["tool_calls"], r["seconds"]) for r in rows if r["tool_calls"]]
+    if len({x for x, _ in points}) < 2:
+        return {"seconds_per_call": None, "intercept_seconds": None}
+    mean_x, mean_y = statistics.mean(x for x, _ in points), statistics.mean(y for _, y in points)
+    b = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    return {"seconds_per_call": round(b, 4), "intercept_seconds": round(mean_y - b * mean_x, 2)}
+
+
+def group_rollout_seconds(trainer, held_out, level: int) -> dict:
+    """One GRPO step's sampling on a question of `level` required calls: num_generations rollouts, as training
+    samples them (TRL's _generate at the training temperature, the loop folding), timed."""
+    hops = hops_of_questions()
+    k = next(k for k in range(len(held_out)) if 2 * hops[held_out[k]["question"]] == level)
+    row = held_out.select([k])
+    started = time.perf_counter()
+    found, = grpo_search.rollouts(trainer, row, batch_size=1, num_samples=trainer.num_generations)
+    wall = time.perf_counter() - started
+    sampled = found[1:]
+    return {"level": level, "rollouts": len(sampled), "seconds": round(wall, 1),
+            "tool_calls": [r.env.calls for r in sampled], "solved": sum(
+                score == 1.0 for score in grpo_search.outcome_reward()(
+                    [r.messages for r in sampled], answer=[row[0]["answer"]] * len(sampled),
+                    environments=[r.env for r in sampled]))}
+
+
+def measure(model: Path, scratch: Path, per_level: int) -> dict:
+    """Episodes one at a time, folded and not, and one GRPO step's group of rollouts on a 128-call question."""
+    report = {}
+    for mode, flags in MODES.items():
+        trainer, held_out = trainer_for(["--model_name_or_path", model, *flags], scratch / mode)
+        rows = episodes(trainer, held_out, per_level)
+        report[mode] = {"levels": by_level(rows), "slope": slope(rows), "episodes": rows}
+        if mode == "folded":
+            report["group_rollout"] = group_rollout_seconds(trainer, held_out, max(r["required_calls"] for r in rows))
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", type=Path, default=None,
+                        help="train into this folder (default: a temporary one); if it holds a finished run of the "
+                             "config (eval.json), measure that run without training")
+    parser.add_argument("--max_steps", type=int, default=None, help="train for this many steps (default: the config's)")
+    parser.add_argument("--per_level", type=int, default=2, help="questions per level timed one at a time")
+    parser.add_argument("--max_hops", type=int, default=0, help="only the levels of at most 2 x this many calls, in "
+                        "training and measures alike (a quick check; 0: every level)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
+    os.chdir(ROOT)
+    report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+              "command": " ".join(map(str, ["python benchmarks/bench_search_deep.py",
+                                               *(argv if argv is not None else sys.argv[1:])]))}
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        run = args.run or scratch / "run"
+        if not (run / "eval.json").exists():
+            started = time.perf_counter()
+            grpo_search.main(["--config", CONFIG, "--output_dir", run, "--print_samples_every", 0, *MAX_HOPS,
+                              *(["--max_steps", args.max_steps] if args.max_steps else [])])
+            report["train_seconds"] = round(time.perf_counter() - started, 1)
+        evaluation = json.loads((run / "eval.json").read_text())
+        report["steps"] = evaluation["global_step"]
+        report["levels"] = {"before": run_levels(run / "eval_before.jsonl"), "after": run_levels(run / "eval_after.jsonl")}
+        report["timed"] = measure(run, scratch / "timed", args.per_level)
+        report["timed"]["ratio_per_call_longest_to_shortest"] = per_call_ratio(report["timed"]["folded"]["levels"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    print(f"wrote {args.out}")
+    return report
+
+
+def per_call_ratio(levels: dict) -> float | None:
+    """Seconds per call at the longest level over those at the shortest: 1.0 when a call costs the same."""
+    longest, shortest = levels[max(levels, key=int)], levels[min(levels, key=int)]
+    if not longest.get("seconds_per_call") or not shortest.get("seconds_per_call"):
+        return None
+    return round(longest["seconds_per_call"] / shortest["seconds_per_call"], 3)
+
+
+def table(report: dict) -> str:
+    """docs/grpo_search.md's tables: the run's held-out levels before and after GRPO; then the trained model's
+    episodes timed one at a time, folded and not."""
+    lines = ["| required calls | exact match before -> after GRPO | tool calls / episode after | folds / episode "
+             "after | peak tokens in view after |", "| --- | --- | --- | --- | --- |"]
+    before, after = report["levels"]["before"], report["levels"]["after"]
+    for level in sorted(after, key=int):
+        lines.append(f"| {level} | {before[level]['exact_match']:.2f} -> {after[level]['exact_match']:.2f} | "
+                     f"{after[level]['tool_calls']:.1f} | {after[level]['folds']:.1f} | "
+                     f"{after[level]['peak_tokens_max']} |")
+    lines += ["", "| required calls | folding | solved | calls / episode | s / episode | s / call (generation / tools "
+                  "/ bookkeeping) | tokens prefilled / generated per episode | peak tokens in view |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for level in sorted(report["timed"]["folded"]["levels"], key=int):
+        for mode in MODES:
+            row = report["timed"][mode]["levels"].get(level)
+            if not row:
+                continue
+            parts = " / ".join(f"{row[f'{p}_per_call']:.3f}" for p in COST_PARTS) \
+                if f"{COST_PARTS[0]}_per_call" in row else "not split"
+            tokens = f"{row['prefilled_tokens_per_episode']:,} / {row['generated_tokens_per_episode']:,}" \
+                if "prefilled_tokens_per_episode" in row else "not counted"
+            per_call = f"{row['seconds_per_call']:.3f}" if row["seconds_per_call"] else "-"
+            lines.append(f"| {level} | {mode} | {round(row['exact_match'] * row['questions'])} of {row['questions']} | "
+                         f"{row['tool_calls']:.1f} | {row['seconds_per_episode']:.1f} | {per_call} ({parts}) | "
+                         f"{tokens} | {row['peak_tokens_max']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
