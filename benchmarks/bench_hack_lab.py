@@ -33,6 +33,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -180,7 +181,7 @@ def main():
     # Runs already in --output for other arms or seeds are kept: seeds can be added a few at a time.
     earlier = json.loads(args.output.read_text()) if args.output.exists() else {"runs": []}
     runs = [r for r in earlier["runs"] if not (r["arm"] in args.arms and r["seed"] in args.seeds)]
-    command = "python benchmarks/bench_hack_lab.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/bench_hack_lab.py " + shlex.join(sys.argv[1:])  # arms with a space quoted
     if runs:  # the commands that measured the runs kept, then this one
         command = f"{earlier['command']}; {command}"
     with tempfile.TemporaryDirectory() as tmp:
