@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -168,6 +169,60 @@ def measure(model: Path, scratch: Path, per_level: int) -> dict:
     return report
 
 
+def memory_rows(cap: int) -> list[dict]:
+    """The rows of a group of 8 rollouts of 8 calls (~32) and of 128 calls (~1,000), `cap` at a time, and 256 rows in
+    one pass, as before chunking (1,000 in one pass would take about 13 GiB on this model)."""
+    return [training_pass_memory(32, cap), training_pass_memory(1000, cap), training_pass_memory(256, 256)]
+
+
+def memory_table(report: dict) -> str:
+    lines = ["| segment rows (800 tokens each) | rows through the model at a time | peak memory above the loaded "
+             "model (MiB) | seconds |", "| --- | --- | --- | --- |"]
+    for row in report["training_pass_memory"]:
+        lines.append(f"| {row['rows']:,} | {row['rows_at_a_time']} | {row.get('peak_mib', row.get('error'))} | "
+                     f"{row.get('seconds', '-')} |")
+    return "\n".join(lines)
+
+
+def training_pass_memory(rows: int, cap: int, length: int = 800) -> dict:
+    """One training pass (loss and backward) over `rows` segment rows of `length` tokens, at most `cap` rows through
+    the model at a time, in a fresh process: its peak resident memory above the process's after loading, and seconds.
+    A group of 8 rollouts of 8 calls makes about 32 rows (a row per segment), of 128 calls about 1,000."""
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_search_deep as b; " \
+           f"b.memory_probe({rows}, {cap}, {length})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    if result.returncode:
+        return {"rows": rows, "rows_at_a_time": cap, "error": result.stderr.strip().splitlines()[-1][:300]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def memory_probe(rows: int, cap: int, length: int):
+    """training_pass_memory's child: prints {rows, rows_at_a_time, peak_mib, seconds} as its last line."""
+    import resource
+
+    import torch
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer, _ = trainer_for(["--per_device_train_batch_size", cap], Path(scratch))
+    generator, vocab = torch.Generator().manual_seed(0), len(trainer.processing_class)
+    prompt, completion = length // 2, length - length // 2
+    inputs = {"prompt_ids": torch.randint(3, vocab, (rows, prompt), generator=generator),
+              "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
+              "completion_ids": torch.randint(3, vocab, (rows, completion), generator=generator),
+              "completion_mask": torch.ones(rows, completion, dtype=torch.long),
+              "tool_mask": torch.ones(rows, completion, dtype=torch.long),
+              "advantages": torch.randn(rows, generator=generator)}
+    inputs["num_items_in_batch"] = inputs["completion_mask"].sum()
+    trainer.current_gradient_accumulation_steps = 1  # as the training loop sets it
+    trainer.model.train()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    trainer.accelerator.backward(trainer.compute_loss(trainer.model, inputs))
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"rows": rows, "rows_at_a_time": cap, "tokens_per_row": length,
+                      "peak_mib": round((peak - before) / 1024), "seconds": round(seconds, 1)}))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, default=None,
@@ -175,10 +230,22 @@ def main(argv=None):
                              "config (eval.json), measure that run without training")
     parser.add_argument("--max_steps", type=int, default=None, help="train for this many steps (default: the config's)")
     parser.add_argument("--per_level", type=int, default=2, help="questions per level timed one at a time")
+    parser.add_argument("--per_device_rows", type=int, default=16,
+                        help="the training pass's rows at a time in the memory measure (the config's batch size)")
     parser.add_argument("--max_hops", type=int, default=0, help="only the levels of at most 2 x this many calls, in "
                         "training and measures alike (a quick check; 0: every level)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--memory_only", action="store_true",
+                        help="only the training pass's memory, added to the results file --out")
     args = parser.parse_args(argv)
+    if args.memory_only:
+        report = json.loads(args.out.read_text())
+        report["training_pass_memory"] = memory_rows(args.per_device_rows)
+        report["command"] += "; " + " ".join(["python benchmarks/bench_search_deep.py",
+                                              *map(str, argv if argv is not None else sys.argv[1:])])
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(memory_table(report))
+        return report
     MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
     os.chdir(ROOT)
     report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
@@ -194,12 +261,16 @@ def main(argv=None):
             report["train_seconds"] = round(time.perf_counter() - started, 1)
         evaluation = json.loads((run / "eval.json").read_text())
         report["steps"] = evaluation["global_step"]
-        report["levels"] = {"before": run_levels(run / "eval_before.jsonl"), "after": run_levels(run / "eval_after.jsonl")}
+        report["levels"] = {when: run_levels(run / f"eval_{when}.jsonl") for when in ("before", "after")}
         report["timed"] = measure(run, scratch / "timed", args.per_level)
         report["timed"]["ratio_per_call_longest_to_shortest"] = per_call_ratio(report["timed"]["folded"]["levels"])
+    if not MAX_HOPS:  # the quick check leaves it out
+        report["training_pass_memory"] = memory_rows(args.per_device_rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
+    if "training_pass_memory" in report:
+        print(memory_table(report))
     print(f"wrote {args.out}")
     return report
 

@@ -13,6 +13,7 @@ import json
 import math
 import re
 import statistics
+import sys
 
 import pytest
 from conftest import REPO, docs_pages, docs_text
@@ -419,9 +420,29 @@ def tools_line(part):
         f"{part['limits']['cpu_s']} s " + ", ".join(f"{wall[x]['answered']} at {x}" for x in wall))
 
 
+def search_deep(load):
+    """docs/grpo_search.md's hundred-call tables (bench_search_deep.py's own), and the figures its prose quotes."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep")
+    levels, timed = report["levels"], report["timed"]
+    slope = timed["folded"]["slope"]
+    return [
+        *bench_search_deep.table(report).splitlines(), *bench_search_deep.memory_table(report).splitlines(),
+        f"(`python benchmarks/bench_search_deep.py`, {report['date']}, 2 CPU cores",
+        f"{levels['before']['64']['exact_match']:.2f} -> {levels['after']['64']['exact_match']:.2f} at 64, but only "
+        f"{levels['before']['128']['exact_match']:.2f} -> {levels['after']['128']['exact_match']:.2f} at 128",
+        f"{timed['ratio_per_call_longest_to_shortest']} times at 128 calls what it costs at 8",
+        f"an episode's seconds grow by {slope['seconds_per_call']:.3f} s per call (least squares, intercept "
+        f"{slope['intercept_seconds']:.2f} s)",
+        f"(8 rollouts at the training temperature, folding): {timed['group_rollout']['seconds']} s",
+    ]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
-                                              turn_credit, turn_credit_long, search_long, families, overhead, recipe,
-                                              examples, verdicts)}
+                                              turn_credit, turn_credit_long, search_long, search_deep, families,
+                                              overhead, recipe, examples, verdicts)}
 
 
 @pytest.mark.parametrize("name", CHECKS)

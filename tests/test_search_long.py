@@ -339,7 +339,8 @@ def test_the_deep_levels_rebuild_from_the_seed_and_need_the_calls_they_say(tmp_p
     train = [json.loads(line) for line in (DEEP_DATA / "train.jsonl").open()]
     assert sorted(2 * row["hops"] for row in test) == sorted([8, 32, 64, 128] * 6)
     assert all(len(row["supporting_docs"]) == row["hops"] for row in test + train)
-    assert not {d for row in test for d in row["supporting_docs"]} & {d for row in train for d in row["supporting_docs"]}
+    held_out_documents = {d for row in test for d in row["supporting_docs"]}
+    assert not held_out_documents & {d for row in train for d in row["supporting_docs"]}
     documents = {json.loads(line)["id"]: json.loads(line)["text"] for line in (DEEP_DATA / "corpus.jsonl").open()}
     for row in test:  # the chain holds: each document names the next as its mentor, the last is the founder's
         chain = row["supporting_docs"]
