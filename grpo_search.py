@@ -255,6 +255,7 @@ class ToolEnvironment:
     def reset(self, supporting_docs=None, **row):
         self.calls, self.failures, self.searches = 0, 0, 0
         self.supporting = set(supporting_docs or [])  # the documents the answer rests on ([]: unknown)
+        self.chain = list(dict.fromkeys(supporting_docs or []))  # the same, in the data's order: for chain_progress
         self.seen = set()    # ids this rollout has been shown, by search or open
         self.credited = 0    # searches that brought in a supporting document not seen before
         self.results = []    # (tool result, whether it earned that credit), in call order: for turn credit
@@ -440,6 +441,30 @@ def search_budget_penalty(completions, environments, **kwargs) -> list[float]:
 
 
 # %% [markdown]
+# Progress along a chain, for questions whose supporting documents are links (each names the next, as the long and
+# hundred-call levels' mentors do): the share of them reached in the data's order, a link counting only once those
+# before it were reached. A miscopied name strands the rest unreached, so this tells a rollout 40 links down the line
+# from one lost after 5, where search_credit stops paying after two. The environment checks it against the data:
+# the name the agent carried to its next search is right or it is not. Weight 0 below (logged as
+# rewards/chain_progress only); a run turns it on with --reward_weights (docs/grpo_search.md, "Credit per link").
+# %%
+SHOWN_ID = re.compile(r"^\[([^\[\]\n]{1,100})\]", re.MULTILINE)  # the [id] opening a search result's line, or a page
+
+
+def chain_progress(completions, environments, **kwargs) -> list:
+    """0-1: k / n when the first k of the question's n supporting documents (in the data's order) were all shown in
+    the trajectory's tool results (a result TRL dropped unread shows nothing); None (no say) for a question without
+    supporting documents."""
+    scores = []
+    for completion, env in zip(completions, environments):
+        shown = {doc_id for m in completion if m.get("role") == "tool"
+                 for doc_id in SHOWN_ID.findall(str(m.get("content")))} if isinstance(completion, list) else env.seen
+        reached = next((k for k, doc_id in enumerate(env.chain) if doc_id not in shown), len(env.chain))
+        scores.append(reached / len(env.chain) if env.chain else None)
+    return scores
+
+
+# %% [markdown]
 # The rubric of (reward, weight) pairs: add your own reward here, and run this cell again after editing any reward
 # above; keep the partial, format and search terms together well below a right answer.
 # %%
@@ -452,6 +477,7 @@ RUBRIC = [
     (answer_format_reward, 0.1),
     (search_credit, 0.2),
     (search_budget_penalty, 0.1),
+    (chain_progress, 0.0),  # logged only: how far along a chain of links the rollouts got
 ]
 
 

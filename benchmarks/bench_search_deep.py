@@ -4,6 +4,7 @@ costs as it grows, folded and not.
     python benchmarks/bench_search_deep.py                  # ~35 min on 2 CPU cores: trains, then measures
     python benchmarks/bench_search_deep.py --run DIR        # train into DIR; if it holds a finished run, measure it
     python benchmarks/bench_search_deep.py --max_hops 4 --max_steps 1 --per_level 1   # a quick check, ~2 min
+    python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR   # outcome only against credit per link, ~2 h
 
 The config is assets/deep_search.yaml: the long demo's model and 1,024-token window over lines of 64 scholars, whose
 held-out questions are levels of 8, 32, 64 and 128 required calls (six each). First GRPO as a user runs it
@@ -17,6 +18,10 @@ generated per episode, and the peak of tokens in view. The slope of an episode's
 seconds per call at 128 over those at 8, say whether a call's cost grows with the episode. Last, one GRPO step's
 sampling on a 128-call question: a group of --num_generations rollouts at the training temperature, timed. Written
 to benchmarks/results/search_deep.json, whose tables docs/grpo_search.md shows.
+
+--credit SEED ...: instead, outcome only against credit per link (ARMS), one GRPO run of the config per arm and seed,
+two at a time on the cores shared out, each started as a user starts it; their held-out levels before and after and
+chain_progress in training go to benchmarks/results/search_deep_credit.json (docs/grpo_search.md, "Credit per link").
 """
 
 import argparse
@@ -43,6 +48,20 @@ sys.path.insert(0, str(ROOT))
 import grpo_search  # noqa: E402
 
 MODES = {"folded": [], "unfolded": ["--max_context_tokens", "0", "--max_completion_length", "4096"]}
+CREDIT_RESULTS = ROOT / "benchmarks" / "results" / "search_deep_credit.json"
+
+
+def weights(**changed) -> list:
+    """RUBRIC's weights in its order, with `changed` ones by reward name: a --reward_weights list."""
+    return ["--reward_weights", *(changed.get(func.__name__, weight) for func, weight in grpo_search.RUBRIC)]
+
+
+# Outcome only against credit per link (--credit): search_credit is off in both, since it stops paying after two
+# links and every rollout at these lengths collects it; the credit arm pays chain_progress (how far along the line
+# of mentors the searches got, checked against the question's chain) at 0.2 and each turn whose search reached a
+# new link its own advantage (--turn_credit).
+ARMS = {"outcome_only": weights(search_credit=0.0, chain_progress=0.0),
+        "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"]}
 COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
 
 
@@ -223,6 +242,73 @@ def memory_probe(rows: int, cap: int, length: int):
                       "peak_mib": round((peak - before) / 1024), "seconds": round(seconds, 1)}))
 
 
+def credit_run(arm: str, seed: int, folder: Path, threads: int, max_steps: int | None) -> Path:
+    """One GRPO run of the config with `arm`'s rubric and `seed`, as a user starts it, into folder/ARM-seedSEED; a
+    finished run there (eval.json) is kept. Its output goes to that folder's log.txt."""
+    run = folder / f"{arm}-seed{seed}"
+    if (run / "eval.json").exists():
+        return run
+    run.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(ROOT / "grpo_search.py"), "--config", CONFIG, "--seed", seed, "--output_dir", run,
+               "--print_samples_every", 0, *MAX_HOPS, *ARMS[arm], *(["--max_steps", max_steps] if max_steps else [])]
+    threads = {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    with open(run / "log.txt", "w") as log:
+        done = subprocess.run(list(map(str, command)), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                              env={**os.environ, **threads})
+    if done.returncode:
+        raise SystemExit(f"{arm} seed {seed} failed (exit {done.returncode}): see {run / 'log.txt'}")
+    return run
+
+
+def credit_result(run: Path) -> dict:
+    """A credit run's held-out levels before and after, and chain_progress in training (first and last logged)."""
+    logged = [e for e in json.loads((run / "trainer_state.json").read_text())["log_history"]
+              if "rewards/chain_progress/mean" in e]
+    return {"levels": {when: run_levels(run / f"eval_{when}.jsonl") for when in ("before", "after")},
+            "steps": json.loads((run / "eval.json").read_text())["global_step"],
+            "chain_progress_in_training": [round(logged[0]["rewards/chain_progress/mean"], 3),
+                                           round(logged[-1]["rewards/chain_progress/mean"], 3)] if logged else None}
+
+
+def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None) -> dict:
+    """Both arms on every seed, `jobs` runs at a time (the cores shared out), then each run's held-out levels."""
+    from concurrent.futures import ThreadPoolExecutor
+    runs = [(arm, seed) for seed in seeds for arm in ARMS]
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        folders = list(pool.map(lambda run: credit_run(*run, folder, threads, max_steps), runs))
+    results = {arm: {} for arm in ARMS}
+    for (arm, seed), run in zip(runs, folders):
+        results[arm][str(seed)] = credit_result(run)
+    summary = {}
+    for arm, by_seed in results.items():
+        levels = next(iter(by_seed.values()))["levels"]["after"]
+        summary[arm] = {level: {"exact_match_after": [r["levels"]["after"][level]["exact_match"]
+                                                      for r in by_seed.values()]} for level in levels}
+        for level, row in summary[arm].items():
+            row["mean"] = round(statistics.mean(row["exact_match_after"]), 3)
+    before = next(iter(results["outcome_only"].values()))["levels"]["before"]
+    return {"seeds": seeds, "arms": {arm: ARMS[arm] for arm in ARMS}, "before": before, "runs": results,
+            "summary": summary}
+
+
+def credit_table(report: dict) -> str:
+    """docs/grpo_search.md's table: held-out exact match per level before, and after each arm (each seed, mean)."""
+    seeds = "/".join(map(str, report["seeds"]))
+    lines = [f"| required calls | before | outcome only, after (seeds {seeds}: mean) | credit per link, after "
+             f"(seeds {seeds}: mean) |", "| --- | --- | --- | --- |"]
+    for level in sorted(report["before"], key=int):
+        cells = [" / ".join(f"{v:.2f}" for v in report["summary"][arm][level]["exact_match_after"])
+                 + f": {report['summary'][arm][level]['mean']:.2f}" for arm in ARMS]
+        lines.append(f"| {level} | {report['before'][level]['exact_match']:.2f} | {cells[0]} | {cells[1]} |")
+    progress = {arm: " / ".join(f"{r['chain_progress_in_training'][0]:.2f} -> {r['chain_progress_in_training'][1]:.2f}"
+                                for r in report["runs"][arm].values() if r["chain_progress_in_training"])
+                for arm in ARMS}
+    lines += ["", f"chain_progress in training, first -> last logged step: outcome only {progress['outcome_only']}; "
+                  f"credit per link {progress['credit_per_link']}"]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, default=None,
@@ -237,7 +323,26 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--memory_only", action="store_true",
                         help="only the training pass's memory, added to the results file --out")
+    parser.add_argument("--credit", type=int, nargs="+", metavar="SEED", default=None,
+                        help="instead: outcome only against credit per link, a run of each per seed, written to "
+                             f"{CREDIT_RESULTS.relative_to(ROOT)} (--run: the runs' parent folder, kept to resume)")
+    parser.add_argument("--jobs", type=int, default=2, help="with --credit: runs at a time, the cores shared out")
     args = parser.parse_args(argv)
+    command = " ".join(map(str, ["python benchmarks/bench_search_deep.py", *(argv if argv is not None else sys.argv[1:])]))
+    if args.credit:
+        MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
+        out = CREDIT_RESULTS if args.out == RESULTS else args.out
+        with tempfile.TemporaryDirectory() as scratch:
+            started = time.perf_counter()
+            report = credit(args.credit, args.run.resolve() if args.run else Path(scratch), args.jobs,
+                            args.max_steps)
+        report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                  "command": command, "seconds": round(time.perf_counter() - started), **report}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(credit_table(report))
+        print(f"wrote {out}")
+        return report
     if args.memory_only:
         report = json.loads(args.out.read_text())
         report["training_pass_memory"] = memory_rows(args.per_device_rows)

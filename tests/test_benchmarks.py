@@ -139,6 +139,24 @@ def test_deep_search_benchmark_trains_then_times_episodes_one_at_a_time(tmp_path
     assert "| 8 | folded |" in stdout and "| 8 | 0." in stdout
 
 
+def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
+    """--credit's quick path (one seed, level 8, one step): outcome only and credit per link each train through
+    grpo_search.py with their own --reward_weights, and the table reads their held-out levels and chain_progress."""
+    runs = tmp_path / "runs"
+    report, stdout = run_benchmark("bench_search_deep", ["--credit", "0", "--max_hops", "4", "--max_steps", "1",
+                                                         "--run", str(runs)], tmp_path)
+    assert set(report["runs"]) == {"outcome_only", "credit_per_link"} and report["seeds"] == [0]
+    for arm, flags in report["arms"].items():
+        settings = json.loads((runs / f"{arm}-seed0" / "eval.json").read_text())
+        run = report["runs"][arm]["0"]
+        assert run["steps"] == 1 and set(run["levels"]["after"]) == {"8"}
+        assert 0 <= run["chain_progress_in_training"][0] <= 1
+        assert ("--turn_credit" in flags) == (arm == "credit_per_link") == settings["turn_credit"]
+        weights = json.loads(settings["flags"]["reward_weights"])  # what the run trained with
+        assert weights[-1] == (0.2 if arm == "credit_per_link" else 0) and weights[3] == 0  # chain_progress; search_credit
+    assert f"| 8 | {report['before']['8']['exact_match']:.2f} |" in stdout
+
+
 def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):
     report, _ = run_benchmark("bench_turn_credit", ["--long", "--seeds", "42", "--max_steps", "1", "--eval_every",
                                                     "1", "--eval_examples", "7", "--gains=-1"], tmp_path)

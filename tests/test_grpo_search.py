@@ -139,7 +139,8 @@ def test_two_hops_earn_the_answer_and_both_credits(index):
     trajectory = [*search_turn(env, "Ilsa Varn"), *search_turn(env, "Oren Dask"), answer("Tollmere")]
     scored = total(trajectory, env)
     assert scored["rewards"] == {"exact_match_reward": 1.0, "f1_reward": 1.0, "answer_format_reward": 1.0,
-                                 "search_credit": 1.0, "search_budget_penalty": 0.0}
+                                 "search_credit": 1.0, "search_budget_penalty": 0.0,
+                                 "chain_progress": 1.0}
     assert gs.turn_rewards(trajectory, env) == [1.0, 1.0, 0.0]
 
 
@@ -224,6 +225,24 @@ def test_a_result_the_model_never_saw_earns_nothing(index):
     assert env.credited == 2
     assert gs.search_credit([trajectory + cut], [env]) == [0.5]
     assert gs.turn_rewards(trajectory + cut, env) == [1.0, 0.0]
+
+
+def test_chain_progress_counts_the_links_reached_in_order_and_only_what_the_model_read(index):
+    """Each document names the next (Ilsa Varn -> Oren Dask -> Kai Lo): a link counts once those before it were shown
+    in the trajectory's results; a document found out of order waits for the gap, a dropped result shows nothing."""
+    chain = ["Ilsa Varn", "Oren Dask", "Kai Lo"]
+    env = environment(supporting=chain)
+    trajectory = search_turn(env, "Ilsa Varn")  # shows Ilsa Varn, and Kai Lo (whose text names her) out of order
+    assert gs.chain_progress([trajectory], [env]) == [pytest.approx(1 / 3)]
+    trajectory += [{"role": "assistant", "content": "", "tool_calls": [  # a miscopied name: no further along
+        {"type": "function", "function": {"name": "open", "arguments": {"doc_id": "d4"}}}]},
+        {"role": "tool", "name": "open", "content": env.open("d4")}]
+    assert gs.chain_progress([trajectory], [env]) == [pytest.approx(1 / 3)]
+    dropped = search_turn(env, "Oren Dask")
+    assert "Oren Dask" in env.seen and gs.chain_progress([trajectory + dropped[:1]], [env]) == [pytest.approx(1 / 3)]
+    assert gs.chain_progress([trajectory + dropped], [env]) == [1.0]  # the gap filled: Kai Lo counts now
+    assert gs.chain_progress([[]], [environment(supporting=[])]) == [None]
+    assert dict((f.__name__, w) for f, w in gs.RUBRIC)["chain_progress"] == 0.0  # logged; --reward_weights turns it on
 
 
 def test_malformed_calls_count_against_the_budget(index):
