@@ -4,7 +4,8 @@ costs as it grows, folded and not.
     python benchmarks/bench_search_deep.py                  # ~35 min on 2 CPU cores: trains, then measures
     python benchmarks/bench_search_deep.py --run DIR        # train into DIR; if it holds a finished run, measure it
     python benchmarks/bench_search_deep.py --max_hops 4 --max_steps 1 --per_level 1   # a quick check, ~2 min
-    python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR   # outcome only against credit per link, ~2 h
+    python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR   # outcome only, credit per link, as shipped
+    python benchmarks/bench_search_deep.py --tables                  # the README's and docs' tables, from the JSON
 
 The config is assets/deep_search.yaml: the long demo's model and 1,024-token window over lines of 64 scholars, whose
 held-out questions are levels of 8, 32, 64 and 128 required calls (six each). First GRPO as a user runs it
@@ -19,8 +20,9 @@ seconds per call at 128 over those at 8, say whether a call's cost grows with th
 sampling on a 128-call question: a group of --num_generations rollouts at the training temperature, timed. Written
 to benchmarks/results/search_deep.json, whose tables docs/grpo_search.md shows.
 
---credit SEED ...: instead, outcome only against credit per link (ARMS), one GRPO run of the config per arm and seed,
-two at a time on the cores shared out, each started as a user starts it; their held-out levels before and after and
+--credit SEED ...: instead, outcome only against credit per link (and the config as it ships: ARMS), one GRPO run of
+the config per arm and seed, two at a time on the cores shared out, each started as a user starts it (about 15
+minutes a run on 2 CPU cores); their held-out levels before and after and
 chain_progress in training go to benchmarks/results/search_deep_credit.json (docs/grpo_search.md, "Credit per link").
 """
 
@@ -56,12 +58,14 @@ def weights(**changed) -> list:
     return ["--reward_weights", *(changed.get(func.__name__, weight) for func, weight in grpo_search.RUBRIC)]
 
 
-# Outcome only against credit per link (--credit): search_credit is off in both, since it stops paying after two
-# links and every rollout at these lengths collects it; the credit arm pays chain_progress (how far along the line
-# of mentors the searches got, checked against the question's chain) at 0.2 and each turn whose search reached a
-# new link its own advantage (--turn_credit).
+# Outcome only against credit per link (--credit). search_credit is off in both: it stops paying after two links.
+# The credit arm pays chain_progress (how far along the line of mentors the searches got, checked against the
+# question's chain) at 0.2, and each turn whose search reached a new link its own advantage (--turn_credit). The
+# third arm is the config as it ships: RUBRIC's own weights, search_credit (the first two links) at 0.2.
 ARMS = {"outcome_only": weights(search_credit=0.0, chain_progress=0.0),
-        "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"]}
+        "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"],
+        "as_shipped": weights()}
+ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "as_shipped": "as shipped"}
 COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
 
 
@@ -242,6 +246,23 @@ def memory_probe(rows: int, cap: int, length: int):
                       "peak_mib": round((peak - before) / 1024), "seconds": round(seconds, 1)}))
 
 
+def readme_table(report: dict) -> str:
+    """README.md's long-horizon table: per level, the run's held-out exact match before and after GRPO with its tool
+    calls and peak tokens in view after; the trained model's seconds per call, timed one at a time; and how many of
+    the same questions it solved with its whole conversation in view (no folding)."""
+    lines = ["| required tool calls | exact match before -> after GRPO | tool calls / episode | peak tokens in view | "
+             "s / call | solved without folding |", "| --- | --- | --- | --- | --- | --- |"]
+    before, after = report["levels"]["before"], report["levels"]["after"]
+    folded, unfolded = report["timed"]["folded"]["levels"], report["timed"]["unfolded"]["levels"]
+    for level in sorted(after, key=int):
+        solved = f"{round(unfolded[level]['exact_match'] * unfolded[level]['questions'])} of " \
+                 f"{unfolded[level]['questions']}" if level in unfolded else "-"
+        per_call = f"{folded[level]['seconds_per_call']:.3f}" if folded.get(level, {}).get("seconds_per_call") else "-"
+        lines.append(f"| {level} | {before[level]['exact_match']:.2f} -> {after[level]['exact_match']:.2f} | "
+                     f"{after[level]['tool_calls']:.0f} | {after[level]['peak_tokens_max']} | {per_call} | {solved} |")
+    return "\n".join(lines)
+
+
 def credit_run(arm: str, seed: int, folder: Path, threads: int, max_steps: int | None) -> Path:
     """One GRPO run of the config with `arm`'s rubric and `seed`, as a user starts it, into folder/ARM-seedSEED; a
     finished run there (eval.json) is kept. Its output goes to that folder's log.txt."""
@@ -270,14 +291,14 @@ def credit_result(run: Path) -> dict:
                                            round(logged[-1]["rewards/chain_progress/mean"], 3)] if logged else None}
 
 
-def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None) -> dict:
-    """Both arms on every seed, `jobs` runs at a time (the cores shared out), then each run's held-out levels."""
+def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None, arms: list) -> dict:
+    """Each arm on every seed, `jobs` runs at a time (the cores shared out), then each run's held-out levels."""
     from concurrent.futures import ThreadPoolExecutor
-    runs = [(arm, seed) for seed in seeds for arm in ARMS]
+    runs = [(arm, seed) for seed in seeds for arm in arms]
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ThreadPoolExecutor(jobs) as pool:
         folders = list(pool.map(lambda run: credit_run(*run, folder, threads, max_steps), runs))
-    results = {arm: {} for arm in ARMS}
+    results = {arm: {} for arm in arms}
     for (arm, seed), run in zip(runs, folders):
         results[arm][str(seed)] = credit_result(run)
     summary = {}
@@ -287,25 +308,26 @@ def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None) -> dict:
                                                       for r in by_seed.values()]} for level in levels}
         for level, row in summary[arm].items():
             row["mean"] = round(statistics.mean(row["exact_match_after"]), 3)
-    before = next(iter(results["outcome_only"].values()))["levels"]["before"]
-    return {"seeds": seeds, "arms": {arm: ARMS[arm] for arm in ARMS}, "before": before, "runs": results,
+    before = next(iter(results[arms[0]].values()))["levels"]["before"]  # one model, greedy: the same in every run
+    return {"seeds": seeds, "arms": {arm: ARMS[arm] for arm in arms}, "before": before, "runs": results,
             "summary": summary}
 
 
 def credit_table(report: dict) -> str:
     """docs/grpo_search.md's table: held-out exact match per level before, and after each arm (each seed, mean)."""
     seeds = "/".join(map(str, report["seeds"]))
-    lines = [f"| required calls | before | outcome only, after (seeds {seeds}: mean) | credit per link, after "
-             f"(seeds {seeds}: mean) |", "| --- | --- | --- | --- |"]
+    arms = list(report["summary"])
+    lines = ["| required calls | before | " + " | ".join(f"{ARM_NAMES[arm]}, after (seeds {seeds}: mean)"
+                                                     for arm in arms) + " |", "| --- " * (2 + len(arms)) + "|"]
     for level in sorted(report["before"], key=int):
         cells = [" / ".join(f"{v:.2f}" for v in report["summary"][arm][level]["exact_match_after"])
-                 + f": {report['summary'][arm][level]['mean']:.2f}" for arm in ARMS]
-        lines.append(f"| {level} | {report['before'][level]['exact_match']:.2f} | {cells[0]} | {cells[1]} |")
+                 + f": {report['summary'][arm][level]['mean']:.2f}" for arm in arms]
+        lines.append(f"| {level} | {report['before'][level]['exact_match']:.2f} | " + " | ".join(cells) + " |")
     progress = {arm: " / ".join(f"{r['chain_progress_in_training'][0]:.2f} -> {r['chain_progress_in_training'][1]:.2f}"
                                 for r in report["runs"][arm].values() if r["chain_progress_in_training"])
-                for arm in ARMS}
-    lines += ["", f"chain_progress in training, first -> last logged step: outcome only {progress['outcome_only']}; "
-                  f"credit per link {progress['credit_per_link']}"]
+                for arm in arms}
+    lines += ["", "chain_progress in training, first -> last logged step, by seed: " + "; ".join(
+        f"{ARM_NAMES[arm]} {progress[arm]}" for arm in arms)]
     return "\n".join(lines)
 
 
@@ -324,10 +346,18 @@ def main(argv=None):
     parser.add_argument("--memory_only", action="store_true",
                         help="only the training pass's memory, added to the results file --out")
     parser.add_argument("--credit", type=int, nargs="+", metavar="SEED", default=None,
-                        help="instead: outcome only against credit per link, a run of each per seed, written to "
+                        help="instead: outcome only against credit per link (--arms), a run of each per seed, into "
                              f"{CREDIT_RESULTS.relative_to(ROOT)} (--run: the runs' parent folder, kept to resume)")
     parser.add_argument("--jobs", type=int, default=2, help="with --credit: runs at a time, the cores shared out")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="with --credit: these arms")
+    parser.add_argument("--tables", action="store_true", help="only print the tables of the results files (--out, "
+                        f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)
+    if args.tables:
+        report = json.loads(args.out.read_text())
+        print("\n\n".join([readme_table(report), table(report), memory_table(report)] + (
+            [credit_table(json.loads(CREDIT_RESULTS.read_text()))] if CREDIT_RESULTS.exists() else [])))
+        return report
     command = " ".join(map(str, ["python benchmarks/bench_search_deep.py", *(argv if argv is not None else sys.argv[1:])]))
     if args.credit:
         MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
@@ -335,7 +365,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as scratch:
             started = time.perf_counter()
             report = credit(args.credit, args.run.resolve() if args.run else Path(scratch), args.jobs,
-                            args.max_steps)
+                            args.max_steps, args.arms)
         report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                   "command": command, "seconds": round(time.perf_counter() - started), **report}
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -144,6 +144,7 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
     grpo_search.py with their own --reward_weights, and the table reads their held-out levels and chain_progress."""
     runs = tmp_path / "runs"
     report, stdout = run_benchmark("bench_search_deep", ["--credit", "0", "--max_hops", "4", "--max_steps", "1",
+                                                         "--arms", "outcome_only", "credit_per_link",
                                                          "--run", str(runs)], tmp_path)
     assert set(report["runs"]) == {"outcome_only", "credit_per_link"} and report["seeds"] == [0]
     for arm, flags in report["arms"].items():
@@ -155,6 +156,16 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
         weights = json.loads(settings["flags"]["reward_weights"])  # what the run trained with
         assert weights[-1] == (0.2 if arm == "credit_per_link" else 0) and weights[3] == 0  # chain_progress; search_credit
     assert f"| 8 | {report['before']['8']['exact_match']:.2f} |" in stdout
+
+
+def test_deep_search_tables_print_from_the_committed_results():
+    """--tables: the README's and docs' tables, from the committed JSON, without running anything."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_search_deep.py"), "--tables"],
+                            capture_output=True, text=True, env=offline_env(), cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    readme = (REPO / "README.md").read_text()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 128 |")]
+    assert len(rows) >= 2 and rows[0] in readme  # the README's table first, then the docs' own
 
 
 def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):

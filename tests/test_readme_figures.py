@@ -430,6 +430,8 @@ def search_deep(load):
     slope = timed["folded"]["slope"]
     return [
         *bench_search_deep.table(report).splitlines(), *bench_search_deep.memory_table(report).splitlines(),
+        *bench_search_deep.readme_table(report).splitlines(),
+        f"(`python benchmarks/bench_search_deep.py`, {report['date']}, one seed;",
         f"(`python benchmarks/bench_search_deep.py`, {report['date']}, 2 CPU cores",
         f"{levels['before']['64']['exact_match']:.2f} -> {levels['after']['64']['exact_match']:.2f} at 64, but only "
         f"{levels['before']['128']['exact_match']:.2f} -> {levels['after']['128']['exact_match']:.2f} at 128",
