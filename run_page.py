@@ -10,10 +10,14 @@ forbids any), so it opens from disk (file://) in any browser, and can be mailed 
 - training groups by step (train_samples.jsonl): each prompt's rollouts side by side with their rewards, total and
   advantage, the parsed answer against the gold, tool calls folded; sort, filter and search;
 - held-out questions before, during and after training (eval_*.jsonl), the ones that flipped marked;
+- a long episode (grpo_search.py, ~100 tool calls, its context folded with --max_context_tokens) in parts of
+  CALLS_PER_PART calls, each fold marked where it happened with the lines it left in view, and one line of its
+  calls, folds, peak tokens in view and cost;
 - replay.json's rescored completions, where it exists; the hack lab's marks, where a run has them.
 Model text is data: the page inserts it with textContent only, never as HTML, and the inlined JSON escapes `<`,
 so a completion holding `</script>` or `onerror=` shows as text. A long run's page holds a stated share of its
-rollouts (every k-th logged step) so that it stays under PAGE_BUDGET bytes.
+rollouts (every k-th logged step), and cuts each message shorter where needed (never below MIN_TEXT), so that it
+stays under PAGE_BUDGET bytes: a long episode keeps every call and its answer, each cut, not only its first calls.
 """
 
 import argparse
@@ -23,7 +27,8 @@ import sys
 from pathlib import Path
 
 PAGE_BUDGET = 4_000_000  # bytes of inlined data: the page opens quickly, and a demo's page stays under 5 MB
-MAX_TEXT = 6000  # characters of one completion shown; the rest is cut, and the page says how much
+MAX_TEXT = 6000  # characters of one text or message shown; the rest is cut, and the page says how much
+MIN_TEXT = 300  # the shortest a message is cut to, to fit a page's budget: enough to tell what a tool result held
 MAX_COLUMN = 3000  # characters of one dataset column (hidden tests, documents) shown beside a group
 EVAL_FILES = ("eval_before.jsonl", "eval_midrun.jsonl", "eval_after.jsonl", "eval_only.jsonl")
 
@@ -52,6 +57,33 @@ def cut(value, limit: int = MAX_TEXT):
     return value
 
 
+def fitting_limit(completions: list, budget: int, shortest: int = MIN_TEXT) -> int | None:
+    """The longest cut, from MAX_TEXT down to `shortest` characters a message (and a fold's line), that brings the
+    completions' texts and folds under `budget` bytes; None where even `shortest` does not."""
+    limit = MAX_TEXT
+    while len(json.dumps([cut([c.get("text"), c.get("folds")], limit) for c in completions])) > budget:
+        if limit <= shortest:
+            return None
+        limit = max(shortest, limit * 2 // 3)
+    return limit
+
+
+def cut_texts(completions: list, limit: int) -> None:
+    """Cut each message of the completions' texts, and each line of their folds, to `limit` characters."""
+    for c in completions:
+        c["text"] = cut(c.get("text"), limit)
+        if c.get("folds"):
+            c["folds"] = cut(c["folds"], limit)
+
+
+def episode_of(completion: dict) -> dict:
+    """What grpo_search.py's evaluation records of a multi-turn rollout, where it does: its tool calls, its folds
+    (each: after_tool_calls, tokens_before, tokens_after, and `dropped`, the lines it left for the calls it folded
+    away), the most tokens it had in view, its cost (seconds and tokens)."""
+    return {key: completion[key] for key in ("tool_calls", "folds", "peak_context_tokens", "cost")
+            if completion.get(key) is not None}
+
+
 def right(rewards: dict, outcome: str | None):
     """Right: the outcome reward paid its full 1.0 (each script's outcome reward pays 1.0 for a right answer).
     None where the run names no outcome reward or the reward had no say."""
@@ -69,7 +101,8 @@ def outcome_of(evaluation: dict, rows: list) -> str | None:
 
 def training_groups(rows: list, outcome: str | None, budget: int) -> tuple[list, dict]:
     """train_samples.jsonl's groups, every k-th logged step (the last one always) for the smallest k whose groups
-    fit in `budget` bytes. Returns the groups and what share of the file they are."""
+    fit in `budget` bytes, each message cut shorter if even those do not. Returns the groups and what share of the
+    file they are."""
     steps = sorted({row["step"] for row in rows})
     sizes = {}
     for row in rows:
@@ -82,9 +115,10 @@ def training_groups(rows: list, outcome: str | None, budget: int) -> tuple[list,
     for row in rows:
         if row["step"] not in kept:
             continue
-        completions = [{"text": cut(c.get("text")), "parsed": c.get("parsed_answer"), "rewards": c.get("rewards", {}),
+        completions = [{"text": c.get("text"), "parsed": c.get("parsed_answer"), "rewards": c.get("rewards", {}),
                         "total": c.get("total"), "advantage": c.get("advantage"),
-                        "right": right(c.get("rewards"), outcome), "hack": c.get("hack"), "flagged": c.get("flagged")}
+                        "right": right(c.get("rewards"), outcome), "hack": c.get("hack"), "flagged": c.get("flagged"),
+                        **episode_of(c)}
                        for c in row.get("completions", [])]
         advantages = [c["advantage"] for c in completions if c["advantage"] is not None]
         totals = [c["total"] for c in completions if c["total"] is not None]
@@ -94,10 +128,15 @@ def training_groups(rows: list, outcome: str | None, budget: int) -> tuple[list,
                        "columns": {k: cut(v if isinstance(v, str) else json.dumps(v), MAX_COLUMN)
                                    for k, v in (row.get("columns") or {}).items()},
                        "completions": completions, "no_signal": no_signal})
+    # The first and last steps stay whatever their size: where they pass the budget (long episodes), each message
+    # is cut shorter
+    limit = fitting_limit([c for g in groups for c in g["completions"]], budget) or MIN_TEXT
+    cut_texts([c for g in groups for c in g["completions"]], limit)
     share = {"groups": len(groups), "groups_in_file": len(rows),
              "rollouts": sum(len(g["completions"]) for g in groups),
              "rollouts_in_file": sum(len(row.get("completions", [])) for row in rows),
-             "steps": len(kept), "steps_in_file": len(steps), "every": every}
+             "steps": len(kept), "steps_in_file": len(steps), "every": every,
+             "cut_to": limit if limit < MAX_TEXT else None}
     return groups, share
 
 
@@ -120,19 +159,30 @@ def held_out(folder: Path, outcome: str | None, budget: int) -> dict:
             question["results"][label] = {"right": right(greedy.get("rewards"), outcome), "text": greedy.get("text"),
                                           "parsed": greedy.get("parsed_answer"), "total": greedy.get("total"),
                                           "hack": greedy.get("hack"), "criteria": criteria_of(row),
-                                          "time_limit": time_limit_of(greedy)}
+                                          "time_limit": time_limit_of(greedy), **episode_of(greedy)}
     questions = list(questions.values())
-    # Texts: every evaluation's where they fit, else the first and last evaluations' only (the marks all stay)
-    ends = {evaluations[0], evaluations[-1]} if evaluations else set()
-    size = sum(len(json.dumps(r.get("text"))) for q in questions for r in q["results"].values())
+    # Texts: every evaluation's where they fit whole, else the first and last evaluations', else the last one's, each
+    # message then cut as short as MIN_TEXT to fit (a long episode keeps all its calls). The marks all stay.
+    ends = [e for e in evaluations if e in (evaluations[0], evaluations[-1])]
+    for texts_of, shortest in ((evaluations, MAX_TEXT), (ends, MIN_TEXT), (evaluations[-1:], MIN_TEXT)):
+        limit = fitting_limit([r for q in questions for e, r in q["results"].items() if e in texts_of], budget,
+                              shortest)
+        if limit:
+            break
+    limit = limit or MIN_TEXT
     for q in questions:
         for label, result in q["results"].items():
-            result["text"] = cut(result["text"]) if size <= budget or label in ends else None
+            if label in texts_of:
+                cut_texts([result], limit)
+            else:
+                result["text"] = None
+                result.pop("folds", None)
         marks = [q["results"][e]["right"] for e in evaluations if e in q["results"]]
         first, last = (marks[0], marks[-1]) if len(marks) > 1 else (None, None)
         q["flip"] = ("wrong to right" if first is False and last is True else
                      "right to wrong" if first is True and last is False else None)
-    return {"evaluations": evaluations, "questions": questions, "texts_of_every_evaluation": size <= budget}
+    return {"evaluations": evaluations, "questions": questions, "texts_of": texts_of,
+            "cut_to": limit if limit < MAX_TEXT else None}
 
 
 def time_limit_of(completion: dict) -> str | None:
@@ -283,6 +333,9 @@ th { background: #f0f0f2; } td.num { text-align: right; font-variant-numeric: ta
 pre { white-space: pre-wrap; word-break: break-word; margin: 4px 0; font: 12px/1.4 ui-monospace, monospace;
       background: #f3f3f5; padding: 5px; border-radius: 4px; max-height: 360px; overflow: auto; }
 details { margin: 3px 0; } summary { cursor: pointer; color: #1a4f9c; }
+.fold { border-left: 4px solid #6a1b9a; background: #f5effa; padding: 2px 8px; margin: 4px 0; font-size: 12px; }
+details.part { border-left: 2px solid #ccc; padding-left: 6px; } details.part > summary { font-weight: 600; }
+.facts { font-size: 12px; color: #333; margin: 2px 0; }
 .msg-role { font-size: 11px; color: #666; text-transform: uppercase; letter-spacing: .04em; }
 tr.flip td:first-child { border-left: 4px solid #6a1b9a; }
 td.r { background: #e6f4e7; } td.w { background: #f9e3e3; }
@@ -317,6 +370,7 @@ function el(tag, attrs, ...children) {
 }
 const fmt = (x, digits = 3) => x === null || x === undefined ? "-" : typeof x === "number" ?
   (Number.isInteger(x) ? String(x) : x.toFixed(digits)) : String(x);
+const thousands = x => typeof x === "number" ? x.toLocaleString("en-US") : fmt(x);  // 512,345
 const ordinal = n => n + ([11, 12, 13].includes(n % 100) ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th");
 const asText = v => v === null || v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v, null, 1);
 function lastUser(prompt) {  // a chat prompt's question: its last user message
@@ -328,27 +382,83 @@ function plain(value) {  // all the text of a completion, for the search
   if (!Array.isArray(value)) return asText(value);
   return value.map(m => asText(m.content) + " " + JSON.stringify(m.tool_calls || "")).join(" ");
 }
-function conversation(value) {  // a completion: its text, or its messages with tool calls and results folded
-  if (!Array.isArray(value)) return el("pre", {text: asText(value)});
-  const box = el("div", {class: "conv"});
-  for (const m of value) {
-    if (!m) continue;
-    const calls = m.tool_calls || [];
-    if (m.role === "tool") {
-      box.appendChild(el("details", {class: "tool-result"}, el("summary", {text: "tool result" + (m.name ? " (" + m.name + ")" : "")}),
-                         el("pre", {text: asText(m.content)})));
-      continue;
-    }
-    if (m.content !== undefined && m.content !== null && asText(m.content) !== "")
-      box.appendChild(el("div", {}, el("div", {class: "msg-role", text: m.role || ""}), el("pre", {text: asText(m.content)})));
-    for (const call of calls) {
-      const f = call.function || call;
-      const args = typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments, null, 1);
-      box.appendChild(el("details", {class: "tool-call"}, el("summary", {text: "tool call: " + (f.name || "?")}),
-                         el("pre", {text: args})));
-    }
+function messageNodes(m) {  // one message: its text, its tool calls and a tool's result folded
+  if (m.role === "tool")
+    return [el("details", {class: "tool-result"}, el("summary", {text: "tool result" + (m.name ? " (" + m.name + ")" : "")}),
+               el("pre", {text: asText(m.content)}))];
+  const nodes = [];
+  if (m.content !== undefined && m.content !== null && asText(m.content) !== "")
+    nodes.push(el("div", {}, el("div", {class: "msg-role", text: m.role || ""}), el("pre", {text: asText(m.content)})));
+  for (const call of m.tool_calls || []) {
+    const f = call.function || call;
+    const args = typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments, null, 1);
+    nodes.push(el("details", {class: "tool-call"}, el("summary", {text: "tool call: " + (f.name || "?")}), el("pre", {text: args})));
   }
-  return box;
+  return nodes;
+}
+const callsIn = messages => Array.isArray(messages) ? messages.reduce((n, m) => n + ((m && m.tool_calls) || []).length, 0) : 0;
+const CALLS_PER_PART = 16;  // a longer or folded episode is shown in parts of this many tool calls
+function conversation(value, rollout) {  // a completion: its text, or its messages; a long episode in parts
+  if (!Array.isArray(value)) return el("pre", {text: asText(value)});
+  const folds = (rollout && rollout.folds) || [];
+  if (folds.length || callsIn(value) > CALLS_PER_PART) return inParts(value, folds);
+  return el("div", {class: "conv"}, ...value.filter(m => m).flatMap(messageNodes));
+}
+// Parts of CALLS_PER_PART calls, each starting at a turn, collapsed but the last (which holds the answer); each fold
+// marked where it happened, after the results of its last call. Parts, not one per fold: once a small window is
+// full, a fold comes every turn or two.
+function inParts(messages, folds) {
+  const parts = [], tools = new Set();  // tools in the order the episode first used them: each header alike
+  let part = null, calls = 0, next = 0;
+  const foldsUpTo = n => {  // the folds made once n calls had their results
+    for (; next < folds.length && folds[next].after_tool_calls <= n; next++) {
+      part.nodes.push(foldMark(folds[next], next + 1));
+      part.folds.push(next + 1);
+    }
+  };
+  for (const m of messages.filter(m => m)) {
+    if (m.role === "assistant" && part) foldsUpTo(calls);
+    if (!part || (m.role === "assistant" && part.calls >= CALLS_PER_PART))
+      parts.push(part = {nodes: [], first: calls + 1, calls: 0, tools: {}, folds: []});
+    for (const call of m.tool_calls || []) {
+      const name = (call.function || call).name || "?";
+      tools.add(name);
+      part.tools[name] = (part.tools[name] || 0) + 1;
+    }
+    part.calls += (m.tool_calls || []).length; calls += (m.tool_calls || []).length;
+    part.nodes.push(...messageNodes(m));
+  }
+  if (!part) parts.push(part = {nodes: [], first: 1, calls: 0, tools: {}, folds: []});
+  foldsUpTo(Infinity);  // a fold after the last turn (the episode ended there) is marked too
+  const last = messages[messages.length - 1];
+  const answered = last && last.role === "assistant" && !(last.tool_calls || []).length;
+  return el("div", {class: "conv"}, ...parts.map((p, n) => {
+    const label = [p.calls ? "calls " + p.first + "-" + (p.first + p.calls - 1) : "no calls",
+      [...tools].filter(name => p.tools[name]).map(name => name + " ×" + p.tools[name]).join(", "),
+      p.folds.length ? (p.folds.length > 1 ? "folds " + p.folds[0] + "-" + p.folds[p.folds.length - 1] : "fold " + p.folds[0]) : "",
+      n === parts.length - 1 && answered ? "the answer" : ""].filter(x => x).join(" · ");
+    return el("details", n === parts.length - 1 ? {class: "part", open: ""} : {class: "part"}, el("summary", {text: label}), ...p.nodes);
+  }));
+}
+function foldMark(fold, number) {  // what grpo_search.py records of a fold (context_folding.py's tool_call_loop)
+  const lines = fold.dropped || [];
+  return el("div", {class: "fold", "data-after": String(fold.after_tool_calls)},
+    el("b", {text: "fold " + number + " after call " + fold.after_tool_calls}),
+    ": " + thousands(fold.tokens_before) + " → " + thousands(fold.tokens_after) + " tokens in view; the " + lines.length +
+    " line(s) it left in the user's message for the calls folded away:", el("pre", {text: lines.join("\n")}));
+}
+function rolloutFacts(rollout) {  // one line: tool calls, folds, peak tokens in view, cost; where recorded or long
+  const recorded = ["tool_calls", "folds", "peak_context_tokens", "cost"].some(k => rollout[k] !== undefined);
+  if (!recorded && callsIn(rollout.text) <= CALLS_PER_PART) return null;
+  const folds = rollout.folds || [], cost = rollout.cost || {};
+  const seconds = Object.entries(cost).filter(([k]) => k.endsWith("_seconds"));
+  const facts = [thousands(rollout.tool_calls ?? callsIn(rollout.text)) + " tool calls",
+    rollout.folds ? folds.length + " folds" + (folds.length ? " (after calls " + folds.map(f => f.after_tool_calls).join(", ") + ")" : "") : "",
+    rollout.peak_context_tokens ? "peak " + thousands(rollout.peak_context_tokens) + " tokens in view" : "",
+    seconds.length ? fmt(seconds.reduce((t, [, v]) => t + v, 0), 1) + " s (" +
+      seconds.map(([k, v]) => k.replace(/_seconds$/, "") + " " + fmt(v, 2)).join(", ") + ")" : "",
+    cost.prefilled_tokens !== undefined ? thousands(cost.prefilled_tokens) + " tokens prefilled, " + thousands(cost.generated_tokens) + " generated" : ""];
+  return el("div", {class: "facts", text: facts.filter(x => x).join(" · ")});
 }
 function foldedPrompt(prompt) {
   return el("details", {}, el("summary", {text: "whole prompt"}), conversation(prompt));
@@ -441,7 +551,7 @@ function groupCard(g) {
     row.appendChild(el("div", {class: "rollout" + (i === best && !g.no_signal ? " best" : ""), "data-total": fmt(c.total, 6),
                            "data-advantage": fmt(c.advantage, 6)},
       el("div", {}, el("b", {text: "total " + fmt(c.total, 2)}), "  advantage ", el("span", {class: "advantage", text: fmt(c.advantage, 2)})),
-      bar, rewards, marks, conversation(c.text)));
+      bar, rewards, marks, rolloutFacts(c), conversation(c.text, c)));
   });
   return el("div", {class: "group" + (g.no_signal ? " nosignal" : ""), "data-step": g.step, "data-mean": g.mean}, head, extra, row);
 }
@@ -474,6 +584,7 @@ function drawGroups() {
   s.appendChild(el("p", {class: "note", id: "g-share", text: sh.groups_in_file ?
     "From train_samples.jsonl: " + sh.groups + " of " + sh.groups_in_file + " groups (" + sh.rollouts + " of " + sh.rollouts_in_file +
     " rollouts), " + (sh.every > 1 ? "every " + ordinal(sh.every) + " logged step (" + sh.steps + " of " + sh.steps_in_file + ")." : "every logged step.") +
+    (sh.cut_to ? " Each message cut to " + sh.cut_to + " characters to fit the page." : "") +
     " Each group is one prompt's rollouts side by side; the bar is GRPO's advantage (green above the group's mean, red below)." :
     "This run saved no training groups (--train_samples_per_log 0, or an --eval_only run)."}));
   const steps = [...new Set(G.map(g => g.step))].sort((a, b) => a - b);
@@ -506,7 +617,8 @@ function drawGroups() {
     H.questions.filter(q => q.flip === "wrong to right").length + " flipped wrong to right, " +
     H.questions.filter(q => q.flip === "right to wrong").length + " right to wrong (first against last evaluation). Click a row for the answers." +
     (limited ? " " + limited + " answers failed on a time limit, marked (time limit): the limits, not only the code, decided them." : "") +
-    (H.texts_of_every_evaluation ? "" : " Texts kept for the first and last evaluations only.")}));
+    (H.texts_of.length < H.evaluations.length ? " Texts kept for " + H.texts_of.join(" and ") + " only." : "") +
+    (H.cut_to ? " Each message cut to " + H.cut_to + " characters to fit the page." : "")}));
   const select = el("select", {id: "h-filter", onchange: draw}, el("option", {value: "all", text: "all questions"}),
     el("option", {value: "flipped", text: "flipped (" + flips.length + ")"}), el("option", {value: "wrong to right", text: "wrong to right"}),
     el("option", {value: "right to wrong", text: "right to wrong"}));
@@ -526,7 +638,8 @@ function drawGroups() {
       const detail = el("tr", {class: "detail", style: "display:none"}, el("td", {colspan: String(H.evaluations.length + 3)},
         ...H.evaluations.filter(e => q.results[e] && q.results[e].text !== null).map(e =>
           el("details", {open: ""}, el("summary", {text: e + ": answer " + asText(q.results[e].parsed).trim().slice(0, 100) +
-            (q.results[e].time_limit ? " | hidden tests: " + q.results[e].time_limit : "")}), conversation(q.results[e].text),
+            (q.results[e].time_limit ? " | hidden tests: " + q.results[e].time_limit : "")}), rolloutFacts(q.results[e]),
+            conversation(q.results[e].text, q.results[e]),
             ...(q.results[e].criteria ? [criteriaTable(q.results[e].criteria)] : [])))));
       const row = el("tr", {class: "question" + (q.flip ? " flip" : ""), onclick: () => { detail.style.display = detail.style.display ? "" : "none"; }},
         el("td", {text: lastUser(q.prompt).slice(0, 200)}), el("td", {text: asText(q.answer).slice(-60)}), ...cells,

@@ -66,6 +66,7 @@ def test_tool_calls_open_on_a_click_and_the_groups_sort_filter_and_search(tools_
     with browser_page(tools_run / "report.html") as page:
         page.click("#tab-groups")
         page.select_option("#g-filter", "all")
+        assert page.locator("#g-list details.part, #g-list .fold, #g-list .facts").count() == 0  # short: as before
         call = page.locator("details.tool-call").first
         assert call.get_attribute("open") is None and not call.locator("pre").is_visible()
         call.locator("summary").click()
@@ -216,6 +217,173 @@ def test_a_long_run_shows_a_stated_share_and_stays_small(tmp_path):
     readme = " ".join(docs_text().split())  # the documentation quotes this case (docs/watching.md)
     assert (f'a {page_file.stat().st_size / 1e6:.1f} MB page holding "{share["rollouts"]} of 12000 rollouts, '
             f'every {share["every"]}{ordinal} logged step"') in readme
+
+
+QUESTION = "Where was the founder of the school of Scholar 530 born?"
+CALLS_PER_PART = 16  # run_page.py's JavaScript shows a long episode in parts of this many calls
+
+
+def folded_episode(calls: int, answer: str | None = "Corran", window: int = 6000) -> tuple[list, list]:
+    """A grpo_search.py rollout of `calls` tool calls, one a turn (a search, then two opens, results as long as
+    --page_chars' default), its context folded by context_folding.fold_context whenever the messages in view pass
+    `window` characters: (its messages, its folds), as evaluate() writes them (the format of a real
+    --max_context_tokens run). It ends on `answer`, or with None on a fold after its last call (no room left)."""
+    from context_folding import fold_context
+
+    active = [{"role": "system", "content": "Answer with search and open."}, {"role": "user", "content": QUESTION}]
+    messages, folds = [], []
+    for n in range(1, calls + 1):
+        if n % 3 == 1:
+            name, arguments = "search", {"query": f"Scholar {n}"}
+            result = "\n".join(f"[Scholar {n + k}] Scholar {n + k} studied algebra " + "y" * 160 for k in range(5))
+        else:
+            name, arguments = "open", {"doc_id": f"Scholar {n}", "page": 1 + n % 2}
+            result = f"[Scholar {n}] page 1 of 2\nThe mentor of Scholar {n} was Scholar {n + 1}. " + "z" * 1000
+        turn = [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": name, "arguments":
+                                                                                           arguments}}], "content": ""},
+                {"role": "tool", "name": name, "content": result}]
+        messages += turn
+        active += turn
+        if len(json.dumps(active)) > window or (answer is None and n == calls):
+            before = len(json.dumps(active)) // 4
+            active, lines = fold_context(active, QUESTION)
+            folds.append({"after_tool_calls": n, "tokens_before": before, "tokens_after": len(json.dumps(active)) // 4,
+                          "dropped": lines})
+    if answer:
+        messages.append({"role": "assistant", "content": f"<answer>{answer}</answer>"})
+    return messages, folds
+
+
+def inlined(page_file) -> str:
+    """The JSON the page inlines: what counts against run_page.PAGE_BUDGET."""
+    html = page_file.read_text(encoding="utf-8")
+    return html.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0]
+
+
+def part_labels(calls: int, folds: list) -> list:
+    """The headers of a whole answered episode's parts, one tool call a turn: calls, tools, folds."""
+    labels = []
+    for first in range(1, calls + 1, CALLS_PER_PART):
+        last = min(calls, first + CALLS_PER_PART - 1)
+        searches = sum(n % 3 == 1 for n in range(first, last + 1))
+        numbers = [k + 1 for k, f in enumerate(folds) if first <= f["after_tool_calls"] <= last]
+        labels.append(" · ".join(x for x in [
+            f"calls {first}-{last}", f"search ×{searches}, open ×{last - first + 1 - searches}",
+            (f"folds {numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else f"fold {numbers[0]}") if numbers else "",
+            "the answer" if last == calls else ""] if x))
+    return labels
+
+
+def test_a_folded_episode_of_120_calls_shows_whole_in_parts_with_each_fold_and_its_lines(tmp_path):
+    """grpo_search.py --max_context_tokens: 120 tool calls, folded about every third turn. The page keeps every call
+    and the answer (each long result cut, not the episode), marks each fold after its call with the lines it left,
+    groups the calls in parts (the last open), says the rollout's calls, folds, peak tokens and cost, and fits its
+    budget: train_samples.jsonl's 32 rollouts of the kind (4.8 MB) and 8 held-out answers."""
+    assert f"const CALLS_PER_PART = {CALLS_PER_PART};" in run_page.TEMPLATE
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    messages, folds = folded_episode(120)
+    folds[0]["dropped"].append(f"- note: {BREAKOUTS[1]}")  # a note the model wrote, kept in full by its fold
+    ran_out, ran_out_folds = folded_episode(120, answer=None)
+    assert len(folds) > 2 * 120 // CALLS_PER_PART and ran_out_folds[-1]["after_tool_calls"] == 120
+    cost = {"prefilled_tokens": 512345, "generated_tokens": 9876, "turns": 121, "tool_seconds": 0.25,
+            "bookkeeping_seconds": 1.5, "generation_seconds": 40.42}
+    rewards = {"exact_match_reward": 1.0, "f1_reward": 1.0}
+    with open(folder / "eval_before.jsonl", "w") as before, open(folder / "eval_after.jsonl", "w") as after:
+        for q in range(8):
+            row = {"step": None, "prompt": [{"role": "user", "content": f"{QUESTION} ({q})"}], "answer": ["Corran"],
+                   "columns": {"supporting_docs": ["Scholar 530"]}}
+            short = [{"role": "assistant", "content": "<answer>Ardmore</answer>"}]
+            before.write(json.dumps({**row, "completions": [
+                {"text": short, "greedy": True, "parsed_answer": "Ardmore", "rewards": {"exact_match_reward": 0.0},
+                 "total": 0.0, "tool_calls": 0, "folds": [], "peak_context_tokens": 300, "cost": {}}]}) + "\n")
+            text, its_folds = (ran_out, ran_out_folds) if q == 7 else (messages, folds)
+            after.write(json.dumps({**row, "completions": [
+                {"text": text, "greedy": True, "parsed_answer": None if q == 7 else "Corran", "rewards": rewards,
+                 "total": 2.0, "tool_calls": 120, "folds": its_folds, "peak_context_tokens": 1010,
+                 "cost": cost}]}) + "\n")
+    with open(folder / "train_samples.jsonl", "w") as f:  # instruments.py's rows: the messages, no folds recorded
+        for step in (4, 9):
+            for group in range(2):
+                f.write(json.dumps({"step": step, "prompt": [{"role": "user", "content": f"{QUESTION} [{group}]"}],
+                                    "answer": ["Corran"], "columns": {}, "completions": [
+                    {"text": messages, "greedy": False, "parsed_answer": "Corran", "rewards": rewards, "total": 2.0,
+                     "advantage": 0.0}] * 8}) + "\n")
+    assert (folder / "train_samples.jsonl").stat().st_size > run_page.PAGE_BUDGET  # more than the whole page's
+
+    page_file = rebuilt(folder)
+    assert len(inlined(page_file).encode()) < run_page.PAGE_BUDGET
+    check_run_page(folder)  # every group and rollout drawn, no page error
+    data = json.loads(inlined(page_file))
+    assert data["share"]["steps"] == 2 and data["share"]["cut_to"] and data["held_out"]["cut_to"]
+    texts = [(c["text"], messages) for g in data["groups"] for c in g["completions"]] + [
+        (q["results"]["after"]["text"], ran_out if n == 7 else messages) for n, q in enumerate(data["held_out"]["questions"])]
+    for text, episode in texts:  # every message and call kept, each message cut: not the episode's first 6000 chars
+        assert [m.get("tool_calls") for m in text] == [m.get("tool_calls") for m in episode]
+        assert text[-1] == episode[-1] or text[-1]["content"].startswith(episode[-1]["content"][:run_page.MIN_TEXT])
+    after = data["held_out"]["questions"][0]["results"]["after"]
+    assert after["folds"] == folds and after["cost"] == cost  # the folds' lines are short: none is cut
+    assert "more characters]" in after["text"][-2]["content"]  # a long result is cut, and says so
+
+    with browser_page(page_file) as page:
+        page.click("#tab-heldout")
+        for row, (text, its_folds) in ((0, (messages, folds)), (7, (ran_out, ran_out_folds))):
+            page.locator("#h-table tr.question").nth(row).click()
+            detail = page.locator("#h-table tr.detail").nth(row)
+            marks = detail.locator(".fold")
+            assert marks.count() == len(its_folds)
+            for n, fold in enumerate(its_folds):  # at its point: after the call it names, with the lines it left
+                mark = marks.nth(n)
+                assert mark.get_attribute("data-after") == str(fold["after_tool_calls"])
+                assert mark.locator("pre").text_content() == "\n".join(fold["dropped"])  # in a closed part: hidden
+                assert f"fold {n + 1} after call {fold['after_tool_calls']}: {fold['tokens_before']:,} → " in (
+                    mark.text_content())
+            calls_before = marks.evaluate_all("""marks => marks.map(m => [...m.closest('.conv').querySelectorAll(
+                'details.tool-call')].filter(c => c.compareDocumentPosition(m) & Node.DOCUMENT_POSITION_FOLLOWING).length)""")
+            assert calls_before == [f["after_tool_calls"] for f in its_folds]
+            facts = detail.locator(".facts").last.inner_text()
+            assert facts == (f"120 tool calls · {len(its_folds)} folds (after calls "
+                             f"{', '.join(str(f['after_tool_calls']) for f in its_folds)}) · peak 1,010 tokens in view"
+                             " · 42.2 s (tool 0.25, bookkeeping 1.50, generation 40.42) · 512,345 tokens prefilled,"
+                             " 9,876 generated")
+            parts = detail.locator("details.part")
+            assert parts.count() == 8
+            assert [p.get_attribute("open") is not None for p in parts.all()] == [False] * 7 + [True]
+            if row == 0:
+                assert detail.locator("details.part > summary").all_inner_texts() == part_labels(120, folds)
+                assert detail.get_by_text("<answer>Corran</answer>").is_visible()  # the answer, open
+            assert detail.get_by_text(messages[-2]["content"].split("\n")[0]).count() == 1  # the last call's result
+            page.locator("#h-table tr.question").nth(row).click()
+        assert page.evaluate("typeof window.pwned") == "undefined" and page.locator("#h-table img").count() == 0
+
+        page.click("#tab-groups")
+        rollout = page.locator("#g-list .rollout").first
+        assert rollout.locator(".facts").inner_text() == "120 tool calls"  # all train_samples.jsonl records
+        assert rollout.locator("details.part > summary").all_inner_texts() == part_labels(120, [])
+        assert rollout.locator(".fold").count() == 0
+        assert rollout.get_by_text("<answer>Corran</answer>").is_visible()
+        assert page.problems == [], page.problems
+
+
+def test_the_last_evaluations_long_episodes_keep_every_call_where_the_first_and_last_do_not_fit(tmp_path):
+    """Three evaluations of 12 questions, each answer 120 calls: the first and last evaluations' texts pass the
+    held-out budget even cut to MIN_TEXT a message, so the page keeps the last one's, every call and answer of it."""
+    folder = tmp_path / "evals"
+    folder.mkdir()
+    messages, folds = folded_episode(120)
+    for name, step in (("eval_before.jsonl", None), ("eval_midrun.jsonl", 5), ("eval_after.jsonl", 10)):
+        with open(folder / name, "w") as f:
+            for q in range(12):
+                f.write(json.dumps({"step": step, "prompt": [{"role": "user", "content": f"q{q}"}], "answer": ["Corran"],
+                                    "completions": [{"text": messages, "greedy": True, "parsed_answer": "Corran",
+                                                     "rewards": {"exact_match_reward": 1.0}, "folds": folds}]}) + "\n")
+    held_out = run_page.page_data(folder)["held_out"]
+    assert held_out["evaluations"] == ["before", "step 5", "after"] and held_out["texts_of"] == ["after"]
+    assert held_out["cut_to"] and len(json.dumps(held_out["questions"])) < run_page.PAGE_BUDGET // 4
+    for q in held_out["questions"]:
+        assert q["results"]["before"]["text"] is None and q["results"]["before"]["right"] is True  # marks stay
+        assert len(q["results"]["after"]["text"]) == len(messages) and q["results"]["after"]["folds"] == folds
+        assert q["results"]["after"]["text"][-1] == messages[-1]
 
 
 def test_an_eval_only_folder_and_bad_folders(tmp_path):
