@@ -94,6 +94,12 @@ def trainer_class(base, per_token_advantages):
         def _tool_call_loop(self, *args):  # TRL's tool loop (text-only models), folding before a turn that won't fit
             return tool_call_loop(self, *args)
 
+        def _generate_single_turn(self, *args, **kwargs):  # timed: TRL generates the first turn before the loop,
+            started = time.perf_counter()                  # whose cost split then counts it
+            generated = super()._generate_single_turn(*args, **kwargs)
+            self._generation_seconds = time.perf_counter() - started
+            return generated
+
         def _generate_and_score_completions(self, inputs):  # TRL's, plus a training row per earlier segment
             return generate_and_score(self, inputs)
 
@@ -119,13 +125,15 @@ def tool_call_loop(trainer, prompts, prompt_ids, completion_ids, completions, lo
     active = [list(prompts[i]) + list(completions[i]) for i in range(count)]
     questions = [prompts[i][1]["content"] for i in range(count)]
     calls = failures = rounds = 0
+    first_turn = getattr(trainer, "_generation_seconds", 0.0) / max(1, count)  # each rollout's share of that call
     for i in range(count):  # the first turn: its prompt and tokens are within the window
         completion_ids[i] = completion_ids[i][:max(0, limit - len(prompt_ids[i]))]
         tool_mask[i] = tool_mask[i][:len(completion_ids[i])]
         if logprobs is not None:
             logprobs[i] = logprobs[i][:len(completion_ids[i])]
         note_context(envs[i], len(prompt_ids[i]) + len(completion_ids[i]))
-        note_cost(envs[i], prefilled_tokens=len(prompt_ids[i]), generated_tokens=len(completion_ids[i]), turns=1)
+        note_cost(envs[i], generation_seconds=first_turn, prefilled_tokens=len(prompt_ids[i]),
+                  generated_tokens=len(completion_ids[i]), turns=1)
     pending = [i for i in range(count) if completions[i] and completions[i][-1].get("tool_calls")]
     while pending and rounds < trainer.max_tool_calling_iterations:
         contexts, going = [], []

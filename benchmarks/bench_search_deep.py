@@ -285,8 +285,9 @@ def credit_result(run: Path) -> dict:
     """A credit run's held-out levels before and after, and chain_progress in training (first and last logged)."""
     logged = [e for e in json.loads((run / "trainer_state.json").read_text())["log_history"]
               if "rewards/chain_progress/mean" in e]
+    evaluation = json.loads((run / "eval.json").read_text())
     return {"levels": {when: run_levels(run / f"eval_{when}.jsonl") for when in ("before", "after")},
-            "steps": json.loads((run / "eval.json").read_text())["global_step"],
+            "steps": evaluation["global_step"], "wall_seconds": round(evaluation.get("wall_time_seconds") or 0),
             "chain_progress_in_training": [round(logged[0]["rewards/chain_progress/mean"], 3),
                                            round(logged[-1]["rewards/chain_progress/mean"], 3)] if logged else None}
 
@@ -363,11 +364,10 @@ def main(argv=None):
         MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
         out = CREDIT_RESULTS if args.out == RESULTS else args.out
         with tempfile.TemporaryDirectory() as scratch:
-            started = time.perf_counter()
             report = credit(args.credit, args.run.resolve() if args.run else Path(scratch), args.jobs,
                             args.max_steps, args.arms)
         report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                  "command": command, "seconds": round(time.perf_counter() - started), **report}
+                  "command": command, **report}
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
         print(credit_table(report))

@@ -4,6 +4,7 @@ depth-8 question through the trainer's own tool loop inside the window, folded s
 import json
 import random
 import re
+import time
 
 import pytest
 import torch
@@ -129,6 +130,25 @@ def test_a_scripted_agent_solves_depth_8_questions_inside_the_window(tmp_path, s
                        tmp_path / "unfolded"))
     rows = [json.loads(line) for line in (tmp_path / "unfolded" / "eval_only.jsonl").open()]
     assert all(r["completions"][0]["parsed_answer"] is None for r in rows if len(r["completions"][0]["supporting_docs"]) >= 6)
+
+
+def test_an_episodes_cost_counts_the_first_turn_too(tmp_path, scripted, monkeypatch):
+    """TRL generates the first turn before the tool loop: the cost split counts it with the others, so that each
+    turn's generation (a slowed sampler here, one question at a time) is in the episode's generation seconds."""
+    pause, sample = 0.05, gs.GRPOTrainer._generate_single_turn  # the scripted agent
+
+    def slow(self, *args, **kwargs):
+        time.sleep(pause)
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(gs.GRPOTrainer, "_generate_single_turn", slow)
+    gs.main(long_flags(tmp_path, "--eval_only", "--max_hops", "2", "--num_eval_examples", "3", "--eval_batch_size",
+                       "1", "--max_context_tokens", "1024"))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "eval_only.jsonl").open()]
+    for row in rows:
+        cost = row["completions"][0]["cost"]
+        assert cost["turns"] == row["completions"][0]["tool_calls"] + 1 >= 3
+        assert cost["turns"] * pause <= cost["generation_seconds"] < (cost["turns"] + 1) * pause + 1.0
 
 
 def test_folded_segments_are_trained_with_their_rollouts_advantage(tmp_path, scripted, monkeypatch):
