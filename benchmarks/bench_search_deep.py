@@ -327,8 +327,13 @@ def credit_table(report: dict) -> str:
     progress = {arm: " / ".join(f"{r['chain_progress_in_training'][0]:.2f} -> {r['chain_progress_in_training'][1]:.2f}"
                                 for r in report["runs"][arm].values() if r["chain_progress_in_training"])
                 for arm in arms}
+    longest = max(report["before"], key=int)
+    calls = {arm: " / ".join(f"{r['levels']['after'][longest]['tool_calls']:.0f}" for r in report["runs"][arm].values())
+             for arm in arms}
     lines += ["", "chain_progress in training, first -> last logged step, by seed: " + "; ".join(
-        f"{ARM_NAMES[arm]} {progress[arm]}" for arm in arms)]
+        f"{ARM_NAMES[arm]} {progress[arm]}" for arm in arms) + ".", "",
+        f"tool calls per episode after GRPO at {longest} required calls, by seed: " + "; ".join(
+            f"{ARM_NAMES[arm]} {calls[arm]}" for arm in arms) + "."]
     return "\n".join(lines)
 
 

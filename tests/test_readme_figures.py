@@ -442,8 +442,30 @@ def search_deep(load):
     ]
 
 
+def search_deep_credit(load):
+    """docs/grpo_search.md's "Credit per link": the three rubrics' table (bench_search_deep.py's own) and its prose."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep_credit")
+    mean = {arm: {level: row["mean"] for level, row in levels.items()} for arm, levels in report["summary"].items()}
+    runs = report["runs"]
+    return [
+        *bench_search_deep.credit_table(report).splitlines(),
+        f"(`python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR`,\n{report['date']}, 2 CPU cores",
+        f"at 64 and 128 calls ({mean['credit_per_link']['64']:.2f} against\n{mean['as_shipped']['64']:.2f}, "
+        f"{mean['credit_per_link']['128']:.2f} against {mean['as_shipped']['128']:.2f})",
+        f"({runs['credit_per_link']['2']['levels']['after']['8']['tool_calls']:.1f} calls at the 8-call level)",
+        f"seed 2 reaches\n{runs['as_shipped']['2']['levels']['after']['128']['exact_match']:.2f} at 128 calls",
+        f"its seed 1 {runs['as_shipped']['1']['levels']['after']['128']['exact_match']:.2f}.",
+        f"answers after {runs['outcome_only']['0']['levels']['after']['128']['tool_calls']:.0f} calls with a town that "
+        f"is right as often as before training ({report['before']['128']['exact_match']:.2f})",
+    ]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
-                                              turn_credit, turn_credit_long, search_long, search_deep, families,
+                                              turn_credit, turn_credit_long, search_long, search_deep,
+                                              search_deep_credit, families,
                                               overhead, recipe, examples, verdicts)}
 
 
