@@ -450,6 +450,8 @@ def search_deep_credit(load):
     report = load("search_deep_credit")
     mean = {arm: {level: row["mean"] for level, row in levels.items()} for arm, levels in report["summary"].items()}
     runs = report["runs"]
+    assert f"{mean['outcome_only']['128']:.2f}" == f"{report['before']['128']['exact_match']:.2f}", \
+        "the README and docs say outcome only ends at 128 calls where it began"
     return [
         *bench_search_deep.credit_table(report).splitlines(),
         f"(`python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR`,\n{report['date']}, 2 CPU cores",
@@ -458,6 +460,10 @@ def search_deep_credit(load):
         f"({runs['credit_per_link']['2']['levels']['after']['8']['tool_calls']:.1f} calls at the 8-call level)",
         f"seed 2 reaches\n{runs['as_shipped']['2']['levels']['after']['128']['exact_match']:.2f} at 128 calls",
         f"its seed 1 {runs['as_shipped']['1']['levels']['after']['128']['exact_match']:.2f}.",
+        f"the same config averages {mean['as_shipped']['128']:.2f} at 128 calls ("
+        f"{min(r['levels']['after']['128']['exact_match'] for r in runs['as_shipped'].values()):.2f} to "
+        f"{max(r['levels']['after']['128']['exact_match'] for r in runs['as_shipped'].values()):.2f} by seed); rewarded on "
+        f"the outcome alone, {mean['outcome_only']['128']:.2f}, as before training",
         f"answers after {runs['outcome_only']['0']['levels']['after']['128']['tool_calls']:.0f} calls with a town that "
         f"is right as often as before training ({report['before']['128']['exact_match']:.2f})",
     ]
