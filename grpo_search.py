@@ -441,24 +441,17 @@ def search_budget_penalty(completions, environments, **kwargs) -> list[float]:
 
 
 # %% [markdown]
-# Progress along a chain, for questions whose supporting documents are links (each names the next, as the long and
-# hundred-call levels' mentors do): the share of them reached in the data's order, a link counting only once those
-# before it were reached. A miscopied name strands the rest unreached, so this tells a rollout 40 links down the line
-# from one lost after 5, where search_credit stops paying after two. The environment checks it against the data:
-# the name the agent carried to its next search is right or it is not. Weight 0 below (logged as
-# rewards/chain_progress only); a run turns it on with --reward_weights (docs/grpo_search.md, "Credit per link").
+# Progress along a chain of supporting documents that each name the next (the long levels' mentors): how far along
+# the line the searches got, checked against the question, where search_credit stops paying after two. Weight 0 in
+# RUBRIC (logged as rewards/chain_progress); --reward_weights turns it on (docs/grpo_search.md, "Credit per link").
 # %%
-SHOWN_ID = re.compile(r"^\[([^\[\]\n]{1,100})\]", re.MULTILINE)  # the [id] opening a search result's line, or a page
-
-
 def chain_progress(completions, environments, **kwargs) -> list:
-    """0-1: k / n when the first k of the question's n supporting documents (in the data's order) were all shown in
-    the trajectory's tool results (a result TRL dropped unread shows nothing); None (no say) for a question without
-    supporting documents."""
+    """k / n when the first k of the n supporting documents, in the data's order, were shown ([id]) in the
+    trajectory's tool results (one TRL dropped shows nothing); None (no say) without supporting documents."""
     scores = []
     for completion, env in zip(completions, environments):
-        shown = {doc_id for m in completion if m.get("role") == "tool"
-                 for doc_id in SHOWN_ID.findall(str(m.get("content")))} if isinstance(completion, list) else env.seen
+        results = "\n".join(str(m.get("content")) for m in completion if m.get("role") == "tool")
+        shown = set(re.findall(r"^\[([^\[\]\n]{1,100})\]", results, re.MULTILINE))
         reached = next((k for k, doc_id in enumerate(env.chain) if doc_id not in shown), len(env.chain))
         scores.append(reached / len(env.chain) if env.chain else None)
     return scores

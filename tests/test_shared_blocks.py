@@ -25,7 +25,9 @@ NEEDED_BY = {
     "# ## Question layouts and the corpus": {"grpo_search.py"},  # HotpotQA / own rows -> questions, documents
     "# ## The judge's client, server and audit": {"grpo_judge.py"},  # requests, transformers serve, the audit
 }
-TARGETS = {"RUBRIC": 450, "DEFAULT_MODEL": 150}  # the line each must be on or before: what a forker edits, first
+# The line each must be on or before: what a forker edits, first. grpo_search.py's RUBRIC is the latest (467): two
+# tools with their tally and six rewards, chain_progress the last added, come before it
+TARGETS = {"RUBRIC": 470, "DEFAULT_MODEL": 150}
 
 
 def split(text):
