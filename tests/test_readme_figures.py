@@ -469,9 +469,21 @@ def search_deep_credit(load):
     ]
 
 
+def search_deep_credit_20(load):
+    """docs/grpo_search.md's "Credit per link", twice the steps: the shipped rubric's table and the means quoted."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep_credit_20")
+    mean = report["summary"]["as_shipped"]
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"(`--credit 0 1 2 --arms as_shipped --max_steps 20`, {report['date']},",
+            f"lift the shipped rubric's mean to {mean['64']['mean']:.2f} at 64 calls and {mean['128']['mean']:.2f} at 128"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
-                                              search_deep_credit, families,
+                                              search_deep_credit, search_deep_credit_20, families,
                                               overhead, recipe, examples, verdicts)}
 
 
