@@ -684,7 +684,7 @@ def evaluate(trainer, dataset, batch_size: int, num_samples: int = 1, trajectori
         with open(trajectories, "a", encoding="utf-8") as f:
             for n, (prompt, gold, first) in enumerate(zip(dataset["prompt"], dataset["answer"], greedy)):
                 f.write(json.dumps({"step": step, "prompt": prompt, "answer": gold, "columns": {
-                    "supporting_docs": sorted(envs[first].supporting)}, "completions": [
+                    "supporting_docs": envs[first].chain}, "completions": [
                     {"text": flat[i], "greedy": i == first, "parsed_answer": predicted[i], **scores[i],
                      "documents_seen": sorted(envs[i].seen), "supporting_docs": sorted(envs[i].supporting),
                      "tool_calls": envs[i].calls, "folds": envs[i].folds, "peak_context_tokens": envs[i].peak_context,
