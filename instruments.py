@@ -87,7 +87,8 @@ class Run:
         self.output_dir = Path(training_args.output_dir)
         self.monitor, self.fresh_files, self.lab = None, False, None
         if not args.replay:
-            problem = preflight(len(self.recipe["RUBRIC"]), script_args, training_args, model_args)
+            problem = preflight([getattr(func, "__name__", repr(func)) for func, _ in self.recipe["RUBRIC"]], script_args,
+                                training_args, model_args)
             if problem:
                 raise self.error(problem)
         if args.loophole or args.hack_mitigation or args.hack_penalty is not None:  # the hack lab: off unless asked
@@ -320,7 +321,7 @@ def config_resolved(argv: list) -> list:
     return argv[:at] + [copy] + argv[at + 1:]
 
 
-def preflight(rubric_size: int, script_args, training_args, model_args) -> str | None:
+def preflight(rubric: list, script_args, training_args, model_args) -> str | None:
     """What is wrong with the flags, the installed packages or the output folder, as one line; None when nothing."""
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
     weights, folder = training_args.reward_weights, training_args.output_dir
@@ -348,8 +349,9 @@ def preflight(rubric_size: int, script_args, training_args, model_args) -> str |
         (quantized and not model_args.use_peft, "a quantized model cannot be fully fine-tuned: add --use_peft (QLoRA)"),
         (quantized and importlib.util.find_spec("bitsandbytes") is None,
          "--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes` (CUDA GPU), or drop the flag"),
-        (weights is not None and len(weights) != rubric_size,
-         f"--reward_weights has {len(weights or [])} values but RUBRIC has {rubric_size} functions"),
+        (weights is not None and len(weights) != len(rubric),
+         f"--reward_weights has {len(weights or [])} values but RUBRIC has {len(rubric)} rewards ({', '.join(rubric)}): "
+         "give one weight each, in that order"),
         (script_args.eval_only and evaluation.is_file() and "eval_only" not in json.loads(evaluation.read_text()),
          f"{folder} holds a training run's eval.json: pass another --output_dir for --eval_only, so that the run's "
          "results are kept"),

@@ -121,7 +121,7 @@ BAD_INPUTS = [
     (["--dataset_name", "missing_file.jsonl"], "no such file or folder: missing_file.jsonl (check the path given to --dataset_name)"),
     (["--dataset_name", "data/gsm8k"], "cannot load dataset"),
     (["--resume_from_checkpoint", "last"], "no checkpoint"),
-    (["--reward_weights", "1.0", "2.0"], "--reward_weights"),
+    (["--reward_weights", "1.0", "2.0"], "--reward_weights has 2 values but RUBRIC has 5 rewards (correctness_reward, "),
     (["--learning_rate", "-1"], "--learning_rate -1.0 is out of range: it must be more than 0"),
     (["--max_completion_length", "0"], "--max_completion_length 0 is out of range: it must be 1 or more"),
     (["--output_dir", __file__], "is a file: pass a folder"),
