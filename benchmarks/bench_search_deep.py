@@ -31,6 +31,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -113,21 +114,54 @@ def hops_of_questions() -> dict:
     return {json.loads(line)["question"]: json.loads(line)["hops"] for line in (DATA / "test.jsonl").open()}
 
 
+def chains_of_questions() -> dict:
+    """{held-out question: its supporting documents in the chain's order, the asked scholar first}."""
+    return {json.loads(line)["question"]: json.loads(line)["supporting_docs"] for line in (DATA / "test.jsonl").open()}
+
+
+FAILURES = ("search", "open", "stopped", "out_of_calls", "wrong_after_founder")
+
+
+def why_it_failed(messages: list, chain: list) -> tuple[str, int]:
+    """Why an episode that answered wrong failed, read off its tool calls against the question's chain, and the
+    link it had reached: 'search' or 'open' (the first call that named a document off the chain, neither the link
+    it is on nor the next: a miscopied number), 'stopped' (answered before the founder, every call on the chain),
+    'out_of_calls' (on the chain, no answer), 'wrong_after_founder' (read the founder, named another town)."""
+    def names(text: str, doc: str) -> bool:
+        return re.search(rf"(?<!\w){re.escape(doc)}(?!\w)", text) is not None
+    at = 0  # the question names chain[0]; reaching chain[k] is naming it in a call
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            text = json.dumps(call["function"]["arguments"])
+            if at + 1 < len(chain) and names(text, chain[at + 1]):
+                at += 1
+            elif not names(text, chain[at]):
+                return call["function"]["name"], at
+    answered = messages and messages[-1].get("role") == "assistant" and "<answer>" in (messages[-1].get("content") or "")
+    return ("wrong_after_founder" if at == len(chain) - 1 else "stopped" if answered else "out_of_calls"), at
+
+
 def run_levels(path: Path) -> dict:
     """The run's own held-out evaluation (eval_before.jsonl, eval_after.jsonl: batched, greedy), per level: exact
-    match, tool calls, peak tokens in view, folds."""
-    hops, groups = hops_of_questions(), defaultdict(list)
+    match, tool calls, peak tokens in view, folds, and why the episodes that failed did (why_it_failed)."""
+    hops, chains, groups = hops_of_questions(), chains_of_questions(), defaultdict(list)
     for line in path.open():
         row = json.loads(line)
         greedy = next(c for c in row["completions"] if c["greedy"])
         question = next(m["content"] for m in row["prompt"] if m["role"] == "user")
-        groups[2 * hops[question]].append(greedy)
-    return {str(level): {"questions": len(g),
-                         "exact_match": round(sum(c["rewards"]["exact_match_reward"] == 1 for c in g) / len(g), 3),
-                         "tool_calls": round(statistics.mean(c["tool_calls"] for c in g), 1),
-                         "peak_tokens_max": max(c["peak_context_tokens"] for c in g),
-                         "folds": round(statistics.mean(len(c["folds"]) for c in g), 1)}
-            for level, g in sorted(groups.items())}
+        groups[2 * hops[question]].append((greedy, chains[question]))
+    levels = {}
+    for level, group in sorted(groups.items()):
+        g = [c for c, _ in group]
+        failed = [why_it_failed(c["text"], chain) for c, chain in group if c["rewards"]["exact_match_reward"] != 1]
+        levels[str(level)] = {"questions": len(g),
+                              "exact_match": round(sum(c["rewards"]["exact_match_reward"] == 1 for c in g) / len(g), 3),
+                              "tool_calls": round(statistics.mean(c["tool_calls"] for c in g), 1),
+                              "peak_tokens_max": max(c["peak_context_tokens"] for c in g),
+                              "folds": round(statistics.mean(len(c["folds"]) for c in g), 1),
+                              "failed": {kind: sum(k == kind for k, _ in failed) for kind in FAILURES},
+                              "failed_at_link": [at for _, at in failed]}
+    return levels
 
 
 def by_level(rows: list[dict]) -> dict:
@@ -334,7 +368,26 @@ def credit_table(report: dict) -> str:
         f"{ARM_NAMES[arm]} {progress[arm]}" for arm in arms) + ".", "",
         f"tool calls per episode after GRPO at {longest} required calls, by seed: " + "; ".join(
             f"{ARM_NAMES[arm]} {calls[arm]}" for arm in arms) + "."]
+    long_levels = sorted(report["before"], key=int)[-2:]
+    after = {arm: [r["levels"]["after"][level] for r in report["runs"][arm].values() for level in long_levels]
+             for arm in arms}
+    if all("failed" in level for arm in arms for level in after[arm]):  # recorded since why_it_failed
+        lines += ["", f"why the episodes that failed after GRPO failed, at {' and '.join(long_levels)} required "
+                  "calls, all seeds: " + "; ".join(f"{ARM_NAMES[arm]} {failures(after[arm])}" for arm in arms) + "."]
     return "\n".join(lines)
+
+
+FAILURE_NAMES = {"search": "searched off the chain", "open": "opened off the chain",
+                 "stopped": "answered before the founder", "out_of_calls": "ran out of calls",
+                 "wrong_after_founder": "named another town after the founder"}
+
+
+def failures(levels: list[dict]) -> str:
+    """'N failed: K opened off the chain, ...' over these levels' failed episodes (why_it_failed), or 'none failed'."""
+    counts = {kind: sum(level["failed"][kind] for level in levels) for kind in FAILURES}
+    total = sum(counts.values())
+    return f"{total} failed: " + ", ".join(f"{n} {FAILURE_NAMES[k]}" for k, n in counts.items() if n) if total \
+        else "none failed"
 
 
 def main(argv=None):
@@ -360,6 +413,9 @@ def main(argv=None):
                         f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)
     if args.tables:
+        if not args.out.exists():
+            raise SystemExit(f"{args.out} does not exist: run python benchmarks/bench_search_deep.py first (~35 min), "
+                             "or give --out a results file")
         report = json.loads(args.out.read_text())
         print("\n\n".join([readme_table(report), table(report), memory_table(report)] + (
             [credit_table(json.loads(CREDIT_RESULTS.read_text()))] if CREDIT_RESULTS.exists() else [])))

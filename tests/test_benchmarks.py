@@ -158,6 +158,38 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
     assert f"| 8 | {report['before']['8']['exact_match']:.2f} |" in stdout
 
 
+def deep_episode(*calls, answer=None):
+    """An episode's messages: (tool, argument) calls, each with a result, then an answer if given."""
+    messages = []
+    for name, argument in calls:
+        key = "query" if name == "search" else "doc_id"
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": name, "arguments": {key: argument}}}]},
+            {"role": "tool", "name": name, "content": "..."}]
+    return messages + ([{"role": "assistant", "content": f"<answer>{answer}</answer>"}] if answer else [])
+
+
+CHAIN = ["Scholar 13", "Scholar 707", "Scholar 102"]
+
+
+@pytest.mark.parametrize("calls, answer, expected", [
+    # a miscopied number in the open after a right search: 707 read as 727
+    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 707"), ("open", "Scholar 727")],
+     "Ardmore", ("open", 1)),
+    # ... in the search; "Scholar 133" is not "Scholar 13" (whole ids only)
+    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 133")], "Ardmore", ("search", 0)),
+    # every call on the chain (re-reading a link is on it), answered before the founder
+    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("open", "Scholar 13")], "Harrow", ("stopped", 0)),
+    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 707")], None, ("out_of_calls", 1)),
+    ([("search", "Scholar 707"), ("open", "Scholar 102")], "Harrow", ("wrong_after_founder", 2)),
+])
+def test_deep_search_failures_are_read_off_the_chain(calls, answer, expected):
+    """The benchmark's account of why a failed hundred-call episode failed (per level in its results): where its
+    calls left the question's chain of supporting documents, and with which tool."""
+    import bench_search_deep
+    assert bench_search_deep.why_it_failed(deep_episode(*calls, answer=answer), CHAIN) == expected
+
+
 def test_deep_search_tables_print_from_the_committed_results():
     """--tables: the README's and docs' tables, from the committed JSON, without running anything."""
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_search_deep.py"), "--tables"],
