@@ -481,9 +481,26 @@ def search_deep_credit_20(load):
             f"lift the shipped rubric's mean to {mean['64']['mean']:.2f} at 64 calls and {mean['128']['mean']:.2f} at 128"]
 
 
+def search_deep_credit_40(load):
+    """docs/grpo_search.md's "Credit per link", forty steps: the table, and seed 0's fall at 64 and 128 calls."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report, twenty = load("search_deep_credit_40"), load("search_deep_credit_20")
+    seed0 = [run["0"]["levels"]["after"] for run in (twenty["runs"]["as_shipped"], report["runs"]["as_shipped"])]
+    progress = report["runs"]["as_shipped"]["0"]["chain_progress_in_training"]
+    assert seed0[1]["128"]["exact_match"] < seed0[0]["128"]["exact_match"] and progress[1] > progress[0]
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"seed 0 falls from {seed0[0]['128']['exact_match']:.2f} to\n{seed0[1]['128']['exact_match']:.2f} at 128 "
+            f"calls and from {seed0[0]['64']['exact_match']:.2f} to {seed0[1]['64']['exact_match']:.2f} at 64",
+            f"({twenty['runs']['as_shipped']['0']['chain_progress_in_training'][1]:.2f} at step 20, {progress[1]:.2f} "
+            "at 40)"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
-                                              search_deep_credit, search_deep_credit_20, families,
+                                              search_deep_credit, search_deep_credit_20, search_deep_credit_40,
+                                              families,
                                               overhead, recipe, examples, verdicts)}
 
 
