@@ -258,7 +258,8 @@ class ToolEnvironment:
         self.chain = list(dict.fromkeys(supporting_docs or []))  # the same, in the data's order: for chain_progress
         self.seen = set()    # ids this rollout has been shown, by search or open
         self.credited = 0    # searches that brought in a supporting document not seen before
-        self.results = []    # (tool result, whether it earned that credit), in call order: for turn credit
+        self.results = []    # (tool result, 1.0 if it earned that credit, -1.0 for an open of an id never shown,
+                             # else 0.0), in call order: for turn credit
         self.folds, self.peak_context = [], 0  # with --max_context_tokens: each fold, the most tokens in view,
         self.cost = {}                         # and the seconds and tokens the episode took (context_folding.py)
         return None  # nothing to add to the question
@@ -301,14 +302,15 @@ class ToolEnvironment:
         pages = self.index.pages(doc_id, self.page_chars)
         if not 1 <= page <= len(pages):
             return self._tally(f"Error: page {page} is out of range: {doc_id!r} has {len(pages)} page(s).")
+        shown = doc_id in self.seen  # else a miscopied or made-up id that happens to exist: no result showed it
         self.seen.add(doc_id)
-        return self._tally(f"[{doc_id}] page {page} of {len(pages)}\n{pages[page - 1]}")
+        return self._tally(f"[{doc_id}] page {page} of {len(pages)}\n{pages[page - 1]}", ungrounded=not shown)
 
-    def _tally(self, result: str, credited: bool = False) -> str:
+    def _tally(self, result: str, credited: bool = False, ungrounded: bool = False) -> str:
         self.calls += 1
         self.failures += result.startswith("Error")
         self.credited += credited
-        self.results.append((result, credited))
+        self.results.append((result, 1.0 if credited else -1.0 if ungrounded else 0.0))
         return result
 
 
@@ -404,8 +406,8 @@ def answer_format_reward(completions, **kwargs) -> list[float]:
 # query twice, or a search that only finds what an earlier one showed, earns nothing. Only results that reached the
 # trajectory count: TRL drops a tool result that would overflow `max_completion_length`, unread.
 # %%
-def delivered(completion: list, env) -> list[tuple[int, bool]]:
-    """(assistant turn, whether it earned search credit) for each of the environment's tool results that is in the
+def delivered(completion: list, env) -> list[tuple[int, float]]:
+    """(assistant turn, its credit: 1.0 search credit, -1.0 an open of an id never shown, else 0.0) for each of the environment's tool results that is in the
     trajectory, matched by its text, in order; a failed call TRL answered itself ({'error': ...}) matches none."""
     pending, found, turn = list(env.results), [], -1
     for message in completion if isinstance(completion, list) else []:
@@ -422,7 +424,7 @@ def delivered(completion: list, env) -> list[tuple[int, bool]]:
 def search_credit(completions, environments, **kwargs) -> list:
     """0.5 per search whose results brought in a supporting document not seen before, capped at 1.0; None (no say)
     for a question without supporting documents."""
-    return [min(1.0, 0.5 * sum(credited for _, credited in delivered(c, env))) if env.supporting else None
+    return [min(1.0, 0.5 * sum(credit > 0 for _, credit in delivered(c, env))) if env.supporting else None
             for c, env in zip(completions, environments)]
 
 
@@ -478,15 +480,16 @@ RUBRIC = [
 # ## Turn-level credit
 # TRL gives every token of a rollout the same advantage. With `--turn_credit`, this subclass gives the tokens of each
 # assistant turn the rollout's advantage plus `--turn_credit_weight` x that turn's own reward (1.0 when a search it
-# made brought in a new supporting document), normalised within the group at the same turn index (MT-GRPO,
-# arXiv 2505.11821). Tool results stay masked: their tokens carry no advantage.
+# made brought in a new supporting document, -1.0 when it opened an id no result had shown: a miscopied number),
+# normalised within the group at the same turn index (MT-GRPO, arXiv 2505.11821). Tool results stay masked: their
+# tokens carry no advantage.
 # %%
 def turn_rewards(completion: list, env) -> list[float]:
     """One reward per assistant turn of a trajectory: 1.0 when a tool result that turn got earned search credit (a
-    new supporting document), else 0.0."""
+    new supporting document), -1.0 when it opened a document no earlier result had shown, else 0.0."""
     rewards = [0.0] * sum(1 for m in completion if m.get("role") == "assistant")
-    for turn, credited in delivered(completion, env):
-        rewards[turn] = max(rewards[turn], float(credited))
+    for turn, credit in delivered(completion, env):  # a turn's miscopied open outweighs its credited search
+        rewards[turn] = min(rewards[turn], credit) if credit < 0 or rewards[turn] < 0 else max(rewards[turn], credit)
     return rewards
 
 
@@ -533,7 +536,8 @@ class TurnCreditGRPOTrainer(GRPOTrainer):
         rewards = torch.zeros(local, width, device=device)
         for i, turn in enumerate(self._turn_rewards):
             rewards[i, :min(len(turn), width)] = torch.tensor(turn[:width], device=device)
-        self._metrics["train"]["turn_credit/credited_turns"].append(rewards.sum(1).mean().item())
+        self._metrics["train"]["turn_credit/credited_turns"].append((rewards > 0).sum(1).float().mean().item())
+        self._metrics["train"]["turn_credit/ungrounded_opens"].append((rewards < 0).sum(1).float().mean().item())
         # Groups can span processes: normalise over all of them, then keep this process's rows
         turns = turn_advantages(self.accelerator.gather(rewards), self.num_generations, self.scale_rewards != "none")
         return turns[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]

@@ -62,11 +62,14 @@ def weights(**changed) -> list:
 # Outcome only against credit per link (--credit). search_credit is off in both: it stops paying after two links.
 # The credit arm pays chain_progress (how far along the line of mentors the searches got, checked against the
 # question's chain) at 0.2, and each turn whose search reached a new link its own advantage (--turn_credit). The
-# third arm is the config as it ships: RUBRIC's own weights, search_credit (the first two links) at 0.2.
+# third arm is the config as it ships: RUBRIC's own weights, search_credit (the first two links) at 0.2. The fourth
+# (not run by default) adds --turn_credit to it: each turn's own advantage, negative for an open of an id that no
+# result had shown (a miscopied number: how the shipped rubric's episodes fail).
 ARMS = {"outcome_only": weights(search_credit=0.0, chain_progress=0.0),
         "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"],
-        "as_shipped": weights()}
-ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "as_shipped": "as shipped"}
+        "as_shipped": weights(), "turn_credit": [*weights(), "--turn_credit"]}
+ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "as_shipped": "as shipped",
+             "turn_credit": "as shipped + turn credit"}
 COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
 
 
@@ -408,7 +411,8 @@ def main(argv=None):
                         help="instead: outcome only against credit per link (--arms), a run of each per seed, into "
                              f"{CREDIT_RESULTS.relative_to(ROOT)} (--run: the runs' parent folder, kept to resume)")
     parser.add_argument("--jobs", type=int, default=2, help="with --credit: runs at a time, the cores shared out")
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="with --credit: these arms")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS)[:3],
+                        help="with --credit: these arms")
     parser.add_argument("--tables", action="store_true", help="only print the tables of the results files (--out, "
                         f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)

@@ -163,6 +163,23 @@ def test_the_same_search_ten_times_earns_nothing_extra(index):
     assert gs.turn_rewards(ten, many) == [1.0] + [0.0] * 10
 
 
+def open_turn(env, doc_id):
+    return [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "open", "arguments": {"doc_id": doc_id}}}]},
+        {"role": "tool", "name": "open", "content": env.open(doc_id)}]
+
+
+def test_an_open_of_an_id_no_result_showed_costs_its_turn(index):
+    """Turn credit's -1.0: opening "Oren Dask" before any result showed it (a miscopied number, in the hundred-call
+    levels) costs that turn, though the document exists and supports the answer; an id a search showed costs
+    nothing, and the rollout's own rewards are unchanged by it."""
+    env = environment()
+    trajectory = [*search_turn(env, "Ilsa Varn"), *open_turn(env, "Kai Lo"), *open_turn(env, "Oren Dask"),
+                  *search_turn(env, "Oren Dask"), answer("Tollmere")]
+    assert gs.turn_rewards(trajectory, env) == [1.0, 0.0, -1.0, 0.0, 0.0]
+    assert total(trajectory, env)["rewards"]["search_credit"] == 0.5  # the open brought Oren Dask in, not a search
+
+
 def test_one_search_that_finds_both_documents_is_credited_once(index):
     env = environment(supporting=["Ilsa Varn", "Kai Lo"])  # "Ilsa Varn" finds both
     trajectory = [*search_turn(env, "Ilsa Varn"), answer("Ardmore")]
