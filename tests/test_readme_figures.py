@@ -497,10 +497,27 @@ def search_deep_credit_40(load):
             "at 40)"]
 
 
+def search_deep_credit_turn(load):
+    """docs/grpo_search.md's "Blame the slip's own turn": the shipped rubric with --turn_credit, against itself."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep_credit_turn")
+    turn, alone = report["summary"]["turn_credit"], load("search_deep_credit")["summary"]["as_shipped"]
+    twenty = load("search_deep_credit_20")["summary"]["as_shipped"]
+    seed0 = report["runs"]["turn_credit"]["0"]["levels"]["after"]
+    assert sum(level["questions"] for level in seed0.values()) == 24 and all(
+        level["exact_match"] == 1 for level in seed0.values()), "the docs say seed 0 answers all 24"
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"10 steps: {turn['128']['mean']:.2f} at 128\ncalls, where the rubric alone had {alone['128']['mean']:.2f} in "
+            f"10 steps and {twenty['128']['mean']:.2f} in 20, and {turn['64']['mean']:.2f} at 64 calls against\n"
+            f"{alone['64']['mean']:.2f}; seed 0 answers all 24 held-out questions"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
                                               search_deep_credit, search_deep_credit_20, search_deep_credit_40,
-                                              families,
+                                              search_deep_credit_turn, families,
                                               overhead, recipe, examples, verdicts)}
 
 
