@@ -560,7 +560,8 @@ def test_each_check_reads_its_file(name):
     readme = flat(docs_text())
     try:
         quoted = [text for text in map(flat, CHECKS[name](lambda file: altered(load(file)))) if text in readme]
-    except (KeyError, TypeError, IndexError, ValueError):  # e.g. a seed the altered runs no longer hold
+    except (KeyError, TypeError, IndexError, ValueError, AssertionError):  # e.g. a seed the altered runs no longer
+        # hold, or a fact the check asserts before quoting it
         return
     assert len(quoted) < len(CHECKS[name](load))
 
