@@ -511,7 +511,8 @@ def search_deep_credit_turn(load):
     return [*bench_search_deep.credit_table(report).splitlines(),
             f"10 steps: {turn['128']['mean']:.2f} at 128\ncalls, where the rubric alone had {alone['128']['mean']:.2f} in "
             f"10 steps and {twenty['128']['mean']:.2f} in 20, and {turn['64']['mean']:.2f} at 64 calls against\n"
-            f"{alone['64']['mean']:.2f}; seed 0 answers all 24 held-out questions"]
+            f"{alone['64']['mean']:.2f}; seed 0 answers all 24 held-out questions",
+            f"that turn alone, {turn['128']['mean']:.2f} in the same 10\nsteps (seed 0 answers every question"]
 
 
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
