@@ -122,14 +122,16 @@ def chains_of_questions() -> dict:
     return {json.loads(line)["question"]: json.loads(line)["supporting_docs"] for line in (DATA / "test.jsonl").open()}
 
 
-FAILURES = ("search", "open", "stopped", "out_of_calls", "wrong_after_founder")
+FAILURES = ("search", "open", "stopped", "unreadable_call", "no_answer", "wrong_after_founder")
 
 
 def why_it_failed(messages: list, chain: list) -> tuple[str, int]:
     """Why an episode that answered wrong failed, read off its tool calls against the question's chain, and the
     link it had reached: 'search' or 'open' (the first call that named a document off the chain, neither the link
     it is on nor the next: a miscopied number), 'stopped' (answered before the founder, every call on the chain),
-    'out_of_calls' (on the chain, no answer), 'wrong_after_founder' (read the founder, named another town)."""
+    'unreadable_call' (on the chain, ended on a call the parser could not read: no tool ran), 'no_answer' (on the
+    chain, ended otherwise without an answer: out of calls or tokens), 'wrong_after_founder' (read the founder,
+    named another town)."""
     def names(text: str, doc: str) -> bool:
         return re.search(rf"(?<!\w){re.escape(doc)}(?!\w)", text) is not None
     at = 0  # the question names chain[0]; reaching chain[k] is naming it in a call
@@ -140,8 +142,9 @@ def why_it_failed(messages: list, chain: list) -> tuple[str, int]:
                 at += 1
             elif not names(text, chain[at]):
                 return call["function"]["name"], at
-    answered = messages and messages[-1].get("role") == "assistant" and "<answer>" in (messages[-1].get("content") or "")
-    return ("wrong_after_founder" if at == len(chain) - 1 else "stopped" if answered else "out_of_calls"), at
+    last = (messages[-1].get("content") or "") if messages and messages[-1].get("role") == "assistant" else ""
+    return ("wrong_after_founder" if at == len(chain) - 1 else "stopped" if "<answer>" in last
+            else "unreadable_call" if "<tool_call>" in last else "no_answer"), at
 
 
 def run_levels(path: Path) -> dict:
@@ -381,7 +384,8 @@ def credit_table(report: dict) -> str:
 
 
 FAILURE_NAMES = {"search": "searched off the chain", "open": "opened off the chain",
-                 "stopped": "answered before the founder", "out_of_calls": "ran out of calls",
+                 "stopped": "answered before the founder", "unreadable_call": "ended on a call it could not parse",
+                 "no_answer": "ended without an answer",
                  "wrong_after_founder": "named another town after the founder"}
 
 

@@ -159,14 +159,16 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
 
 
 def deep_episode(*calls, answer=None):
-    """An episode's messages: (tool, argument) calls, each with a result, then an answer if given."""
+    """An episode's messages: (tool, argument) calls, each with a result, then the last message if given: an answer,
+    or text that starts "<tool_call>" (a call TRL could not parse), as it is."""
     messages = []
     for name, argument in calls:
         key = "query" if name == "search" else "doc_id"
         messages += [{"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": name, "arguments": {key: argument}}}]},
             {"role": "tool", "name": name, "content": "..."}]
-    return messages + ([{"role": "assistant", "content": f"<answer>{answer}</answer>"}] if answer else [])
+    last = answer if answer and answer.startswith("<tool_call>") else f"<answer>{answer}</answer>"
+    return messages + ([{"role": "assistant", "content": last}] if answer else [])
 
 
 CHAIN = ["Scholar 13", "Scholar 707", "Scholar 102"]
@@ -180,7 +182,10 @@ CHAIN = ["Scholar 13", "Scholar 707", "Scholar 102"]
     ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 133")], "Ardmore", ("search", 0)),
     # every call on the chain (re-reading a link is on it), answered before the founder
     ([("search", "Scholar 13"), ("open", "Scholar 13"), ("open", "Scholar 13")], "Harrow", ("stopped", 0)),
-    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 707")], None, ("out_of_calls", 1)),
+    ([("search", "Scholar 13"), ("open", "Scholar 13"), ("search", "Scholar 707")], None, ("no_answer", 1)),
+    # a call TRL could not parse ends the episode: no tool ran, no answer
+    ([("search", "Scholar 13")], '<tool_call>\n{"name": "open", "arguments": {"doc_id": "Scholar 13", "page": "Sc',
+     ("unreadable_call", 0)),
     ([("search", "Scholar 707"), ("open", "Scholar 102")], "Harrow", ("wrong_after_founder", 2)),
 ])
 def test_deep_search_failures_are_read_off_the_chain(calls, answer, expected):

@@ -515,10 +515,29 @@ def search_deep_credit_turn(load):
             f"that turn alone, {turn['128']['mean']:.2f} in the same 10\nsteps (seed 0 answers every question"]
 
 
+def search_deep_credit_turn_20(load):
+    """docs/grpo_search.md's twenty steps of turn credit: the table, the seeds quoted, seed 0's unreadable calls."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report, ten = load("search_deep_credit_turn_20"), load("search_deep_credit_turn")
+    at = {steps: {seed: run["levels"]["after"]["128"] for seed, run in r["runs"]["turn_credit"].items()}
+          for steps, r in ((10, ten), (20, report))}
+    unreadable = sum(level["failed"]["unreadable_call"] for level in report["runs"]["turn_credit"]["0"]["levels"]
+                     ["after"].values())
+    assert at[20]["0"]["exact_match"] == 0 and unreadable >= 12, "the docs say seed 0's episodes end on unreadable calls"
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"seeds 1 and 2 climb at 128 calls ({at[10]['1']['exact_match']:.2f} -> {at[20]['1']['exact_match']:.2f},\n"
+            f"{at[10]['2']['exact_match']:.2f} -> {at[20]['2']['exact_match']:.2f}), but seed 0, which answered every "
+            f"question at step 10, falls to {at[20]['0']['exact_match']:.2f}",
+            f"now end after about {at[20]['0']['tool_calls']:.0f} calls on a call the parser cannot read"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
                                               search_deep_credit, search_deep_credit_20, search_deep_credit_40,
-                                              search_deep_credit_turn, families,
+                                              search_deep_credit_turn, search_deep_credit_turn_20,
+                                              families,
                                               overhead, recipe, examples, verdicts)}
 
 
