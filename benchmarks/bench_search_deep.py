@@ -64,12 +64,14 @@ def weights(**changed) -> list:
 # question's chain) at 0.2, and each turn whose search reached a new link its own advantage (--turn_credit). The
 # third arm is the config as it ships: RUBRIC's own weights, search_credit (the first two links) at 0.2. The fourth
 # (not run by default) adds --turn_credit to it: each turn's own advantage, negative for an open of an id that no
-# result had shown (a miscopied number: how the shipped rubric's episodes fail).
+# result had shown (a miscopied number: how the shipped rubric's episodes fail); the fifth, with --scale_rewards
+# none, leaves every advantage undivided by its group's spread.
 ARMS = {"outcome_only": weights(search_credit=0.0, chain_progress=0.0),
         "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"],
-        "as_shipped": weights(), "turn_credit": [*weights(), "--turn_credit"]}
+        "as_shipped": weights(), "turn_credit": [*weights(), "--turn_credit"],
+        "turn_credit_unscaled": [*weights(), "--turn_credit", "--scale_rewards", "none"]}
 ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "as_shipped": "as shipped",
-             "turn_credit": "as shipped + turn credit"}
+             "turn_credit": "as shipped + turn credit", "turn_credit_unscaled": "turn credit, unscaled"}
 COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
 
 

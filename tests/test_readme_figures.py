@@ -533,11 +533,30 @@ def search_deep_credit_turn_20(load):
             f"now end after about {at[20]['0']['tool_calls']:.0f} calls on a call the parser cannot read"]
 
 
+def search_deep_credit_turn_unscaled(load):
+    """docs/grpo_search.md's turn credit resumed unscaled: the table, seed 0 at 128 calls and the mean."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep_credit_turn_unscaled")
+    mean = report["summary"]["turn_credit_unscaled"]["128"]["mean"]
+    means = [load(name)["summary"][arm]["128"]["mean"] for name, arm in (
+        ("search_deep_credit", "outcome_only"), ("search_deep_credit", "credit_per_link"),
+        ("search_deep_credit", "as_shipped"), ("search_deep_credit_20", "as_shipped"),
+        ("search_deep_credit_40", "as_shipped"), ("search_deep_credit_turn", "turn_credit"),
+        ("search_deep_credit_turn_20", "turn_credit"))]
+    assert mean > max(means), "the docs call it the best of these rubrics"
+    seed0 = report["runs"]["turn_credit_unscaled"]["0"]["levels"]["after"]["128"]["exact_match"]
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"seed 0 no longer comes apart ({seed0:.2f} at 128 calls)",
+            f"the mean at 128 calls is {mean:.2f}, the best of these rubrics"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
                                               search_deep_credit, search_deep_credit_20, search_deep_credit_40,
                                               search_deep_credit_turn, search_deep_credit_turn_20,
-                                              families,
+                                              search_deep_credit_turn_unscaled, families,
                                               overhead, recipe, examples, verdicts)}
 
 
