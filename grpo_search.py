@@ -111,7 +111,7 @@ class ScriptArguments:
     max_hops: int = arg(0, "Keep only questions of at most this many hops (the data's 'hops' column; 0 = all).")
     max_context_tokens: int = arg(0, "Fold older turns away: the model never sees more tokens than this (0 = off).")
     fold_notes: bool = arg(False, "Offer a `note` tool whose text stays in view when the context folds.")
-    turn_credit: bool = arg(False, "Turn-level credit (MT-GRPO): each turn's tokens also get its own search credit.")
+    turn_credit: bool = arg(False, "Turn-level credit (MT-GRPO): a turn gets +1 (new evidence), -1 (unshown id opened).")
     turn_credit_weight: float = arg(1.0, "Weight of the turn's own advantage with --turn_credit.")
     max_prompt_tokens: int = arg(1024, "Prompts longer than this (tool descriptions included) are dropped.")
     num_eval_examples: int = arg(200, "Held-out questions scored before and after training (0 = skip).")
