@@ -418,7 +418,8 @@ def main(argv=None):
                              f"{CREDIT_RESULTS.relative_to(ROOT)} (--run: the runs' parent folder, kept to resume)")
     parser.add_argument("--jobs", type=int, default=2, help="with --credit: runs at a time, the cores shared out")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS)[:3],
-                        help="with --credit: these arms")
+                        help="with --credit: these arms (default: the first three; turn_credit and "
+                             "turn_credit_unscaled add --turn_credit to the shipped rubric)")
     parser.add_argument("--tables", action="store_true", help="only print the tables of the results files (--out, "
                         f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)
