@@ -407,8 +407,8 @@ def answer_format_reward(completions, **kwargs) -> list[float]:
 # trajectory count: TRL drops a tool result that would overflow `max_completion_length`, unread.
 # %%
 def delivered(completion: list, env) -> list[tuple[int, float]]:
-    """(assistant turn, its credit: 1.0 search credit, -1.0 an open of an id never shown, else 0.0) for each of the environment's tool results that is in the
-    trajectory, matched by its text, in order; a failed call TRL answered itself ({'error': ...}) matches none."""
+    """(assistant turn, credit: 1.0 search credit, -1.0 an open of an unshown id, else 0.0) per environment result in
+    the trajectory, matched by its text, in order; a failed call TRL answered itself ({'error': ...}) matches none."""
     pending, found, turn = list(env.results), [], -1
     for message in completion if isinstance(completion, list) else []:
         if message.get("role") == "assistant":
