@@ -90,9 +90,9 @@ def test_a_hacked_rubric_raises_the_divergence_warning(tmp_path, monkeypatch, ca
     monkeypatch.setattr(grpo_math, "RUBRIC", [(grpo_math.correctness_reward, 0.0), (even_answer_reward, 1.0)])
     results = grpo_math.main(["--model_name_or_path", TINY_MODEL, "--dataset_name", TOY_DATA, "--output_dir",
                               tmp_path / "hacked", "--learning_rate", "2e-4", "--lr_scheduler_type", "constant",
-                              "--warmup_steps", "0", "--per_device_train_batch_size", "64", "--max_steps", "60",
+                              "--warmup_steps", "0", "--per_device_train_batch_size", "64", "--max_steps", "30",
                               "--max_completion_length", "40", "--gradient_checkpointing", "false",
-                              "--logging_steps", "2", "--mid_eval_steps", "20", "--num_eval_examples", "64",
+                              "--logging_steps", "2", "--mid_eval_steps", "10", "--num_eval_examples", "64",
                               "--eval_batch_size", "64", "--save_steps", "1000", "--print_samples_every", "0"])
     rules = [w["rule"] for w in results["warnings"]]
     assert "reward_without_accuracy" in rules, results["warnings"]
