@@ -40,6 +40,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "search_deep.json"
 CONFIG = ROOT / "assets" / "deep_search.yaml"
@@ -170,6 +172,73 @@ def run_levels(path: Path) -> dict:
                               "failed": {kind: sum(k == kind for k, _ in failed) for kind in FAILURES},
                               "failed_at_link": [at for _, at in failed]}
     return levels
+
+
+def lines_of_teaching(split: str) -> list[list]:
+    """Each line of the data's `split` (train or test) as its longest chain: the asked scholar first, the founder last."""
+    longest = {}
+    for line in (DATA / f"{split}.jsonl").open():
+        chain = json.loads(line)["supporting_docs"]
+        if len(chain) > len(longest.get(chain[-1], [])):
+            longest[chain[-1]] = chain
+    return list(longest.values())
+
+
+def copy_cases(trainer, system: dict, lines: int | None = None) -> list[tuple]:
+    """(split, tool, the id the call must name, the messages in view) for every call from a line's third scholar on:
+    the teacher's episode (search a scholar, open its page 2, search its mentor, ... up to the founder) folded as the
+    tool loop folds it at the config's window, the model's next call the case. `lines`: at most that many per split."""
+    import context_folding
+    window = trainer.max_context_tokens
+    room, cases = int(context_folding.TURN_ROOM * window), []
+    for split in ("train", "test"):
+        for chain in lines_of_teaching(split)[:lines]:
+            env = grpo_search.ToolEnvironment()
+            env.reset(supporting_docs=chain)
+            tools = grpo_search.tools_of(env)
+            question = f"Where was the founder of the school of {chain[0]} born?"
+            view = [system, {"role": "user", "content": question}]
+            for k, doc in enumerate(chain):
+                for tool, argument in (("search", {"query": doc}), ("open", {"doc_id": doc, "page": 2})):
+                    if k >= 2:
+                        cases.append((split, tool, doc, list(view)))
+                    result = getattr(env, tool)(**argument)
+                    view += [{"role": "assistant", "content": "", "tool_calls": [
+                        {"type": "function", "function": {"name": tool, "arguments": argument}}]},
+                        {"role": "tool", "name": tool, "content": result}]
+                    if len(trainer.processing_class.apply_chat_template(
+                            view, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)) > \
+                            window - room:
+                        view = context_folding.fold_context(view, question)[0]
+    return cases
+
+
+def copy_errors(model: Path | None, scratch: Path, lines: int | None = None, batch_size: int = 64) -> dict:
+    """How often the model names the wrong scholar in the call a line of teaching needs next (copy_cases), greedily:
+    {tool: {split: [wrong, calls]}}. Episodes at 128 calls fail on such miscopied numbers (why_it_failed): at a rate p
+    per open, a 64-open episode succeeds with chance (1 - p) ** 64. `model`: a model folder, None for the config's."""
+    trainer, held_out = trainer_for(["--model_name_or_path", model] if model else [], scratch)
+    tokenizer, generator = trainer.processing_class, trainer.model
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    cases = copy_cases(trainer, held_out[0]["prompt"][0], lines)
+    counts = {tool: {split: [0, 0] for split in ("train", "test")} for tool in ("search", "open")}
+    generator.eval()
+    try:
+        for start in range(0, len(cases), batch_size):
+            batch = cases[start:start + batch_size]
+            texts = [tokenizer.apply_chat_template(view, tools=grpo_search.tools_of(grpo_search.ToolEnvironment()),
+                                                   add_generation_prompt=True, tokenize=False) for *_, view in batch]
+            encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            with torch.no_grad():
+                out = generator.generate(**encoded, max_new_tokens=40, do_sample=False,
+                                         pad_token_id=tokenizer.pad_token_id)
+            for (split, tool, doc, _), ids in zip(batch, out[:, encoded["input_ids"].shape[1]:]):
+                call = re.search(r'"name": "(\w+)", "arguments": \{"\w+": "([^"]*)"', tokenizer.decode(ids))
+                counts[tool][split][0] += call is None or call.groups() != (tool, doc)
+                counts[tool][split][1] += 1
+    finally:
+        tokenizer.padding_side = side
+    return counts
 
 
 def by_level(rows: list[dict]) -> dict:
@@ -323,18 +392,23 @@ def credit_run(arm: str, seed: int, folder: Path, threads: int, max_steps: int |
     return run
 
 
-def credit_result(run: Path) -> dict:
-    """A credit run's held-out levels before and after, and chain_progress in training (first and last logged)."""
+def credit_result(run: Path, copy_lines: int | None = None) -> dict:
+    """A credit run's held-out levels before and after, chain_progress in training (first and last logged), and the
+    trained model's copy errors (copy_errors, over `copy_lines` lines of each split; None: all)."""
     logged = [e for e in json.loads((run / "trainer_state.json").read_text())["log_history"]
               if "rewards/chain_progress/mean" in e]
     evaluation = json.loads((run / "eval.json").read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        copied = copy_errors(run, Path(scratch), copy_lines)  # the trained model, saved in the run's folder
     return {"levels": {when: run_levels(run / f"eval_{when}.jsonl") for when in ("before", "after")},
+            "copy_errors_after": copied,
             "steps": evaluation["global_step"], "wall_seconds": round(evaluation.get("wall_time_seconds") or 0),
             "chain_progress_in_training": [round(logged[0]["rewards/chain_progress/mean"], 3),
                                            round(logged[-1]["rewards/chain_progress/mean"], 3)] if logged else None}
 
 
-def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None, arms: list) -> dict:
+def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None, arms: list,
+           copy_lines: int | None = None) -> dict:
     """Each arm on every seed, `jobs` runs at a time (the cores shared out), then each run's held-out levels."""
     from concurrent.futures import ThreadPoolExecutor
     runs = [(arm, seed) for seed in seeds for arm in arms]
@@ -343,7 +417,7 @@ def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None, arms: li
         folders = list(pool.map(lambda run: credit_run(*run, folder, threads, max_steps), runs))
     results = {arm: {} for arm in arms}
     for (arm, seed), run in zip(runs, folders):
-        results[arm][str(seed)] = credit_result(run)
+        results[arm][str(seed)] = credit_result(run, copy_lines)
     summary = {}
     for arm, by_seed in results.items():
         levels = next(iter(by_seed.values()))["levels"]["after"]
@@ -352,8 +426,10 @@ def credit(seeds: list, folder: Path, jobs: int, max_steps: int | None, arms: li
         for level, row in summary[arm].items():
             row["mean"] = round(statistics.mean(row["exact_match_after"]), 3)
     before = next(iter(results[arms[0]].values()))["levels"]["before"]  # one model, greedy: the same in every run
-    return {"seeds": seeds, "arms": {arm: ARMS[arm] for arm in arms}, "before": before, "runs": results,
-            "summary": summary}
+    with tempfile.TemporaryDirectory() as scratch:
+        copied = copy_errors(None, Path(scratch), copy_lines)  # the config's model
+    return {"seeds": seeds, "arms": {arm: ARMS[arm] for arm in arms}, "before": before, "copy_errors_before": copied,
+            "runs": results, "summary": summary}
 
 
 def credit_table(report: dict) -> str:
@@ -382,7 +458,18 @@ def credit_table(report: dict) -> str:
     if all("failed" in level for arm in arms for level in after[arm]):  # recorded since why_it_failed
         lines += ["", f"why the episodes that failed after GRPO failed, at {' and '.join(long_levels)} required "
                   "calls, all seeds: " + "; ".join(f"{ARM_NAMES[arm]} {failures(after[arm])}" for arm in arms) + "."]
+    if "copy_errors_before" in report and all("copy_errors_after" in r for arm in arms for r in report["runs"][arm].values()):
+        lines += ["", "opens that named the wrong scholar, the teacher's lines folded as the loop folds them "
+                  "(copy_errors), held-out lines / training lines: before " + miscopied(report["copy_errors_before"])
+                  + "; after, by seed: " + "; ".join(f"{ARM_NAMES[arm]} " + ", ".join(
+                      miscopied(r["copy_errors_after"]) for r in report["runs"][arm].values()) for arm in arms) + "."]
     return "\n".join(lines)
+
+
+def miscopied(counts: dict) -> str:
+    """'10/372 (2.7%) / 13/496 (2.6%)': copy_errors' opens, held-out lines then training lines."""
+    return " / ".join(f"{wrong}/{calls} ({wrong / calls:.1%})" for wrong, calls in
+                      (counts["open"]["test"], counts["open"]["train"]))
 
 
 FAILURE_NAMES = {"search": "searched off the chain", "open": "opened off the chain",
@@ -420,6 +507,8 @@ def main(argv=None):
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS)[:3],
                         help="with --credit: these arms (default: the first three; turn_credit and "
                              "turn_credit_unscaled add --turn_credit to the shipped rubric)")
+    parser.add_argument("--copy_lines", type=int, default=None, help="with --credit: copy errors over this many lines "
+                        "of each split (default: all 14; a quick check: 1)")
     parser.add_argument("--tables", action="store_true", help="only print the tables of the results files (--out, "
                         f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)
@@ -437,7 +526,7 @@ def main(argv=None):
         out = CREDIT_RESULTS if args.out == RESULTS else args.out
         with tempfile.TemporaryDirectory() as scratch:
             report = credit(args.credit, args.run.resolve() if args.run else Path(scratch), args.jobs,
-                            args.max_steps, args.arms)
+                            args.max_steps, args.arms, args.copy_lines)
         report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                   "command": command, **report}
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -145,7 +145,7 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
     runs = tmp_path / "runs"
     report, stdout = run_benchmark("bench_search_deep", ["--credit", "0", "--max_hops", "4", "--max_steps", "1",
                                                          "--arms", "outcome_only", "credit_per_link",
-                                                         "--run", str(runs)], tmp_path)
+                                                         "--copy_lines", "1", "--run", str(runs)], tmp_path)
     assert set(report["runs"]) == {"outcome_only", "credit_per_link"} and report["seeds"] == [0]
     for arm, flags in report["arms"].items():
         settings = json.loads((runs / f"{arm}-seed0" / "eval.json").read_text())
@@ -156,6 +156,10 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
         weights = json.loads(settings["flags"]["reward_weights"])  # what the run trained with
         assert weights[-1] == (0.2 if arm == "credit_per_link" else 0) and weights[3] == 0  # chain_progress; search_credit
     assert f"| 8 | {report['before']['8']['exact_match']:.2f} |" in stdout
+    for copied in [report["copy_errors_before"], *(r["0"]["copy_errors_after"] for r in report["runs"].values())]:
+        assert copied["open"]["test"][1] == copied["open"]["train"][1] == 62  # a line's 3rd to 64th scholar
+        assert 0 <= copied["open"]["test"][0] <= 62
+    assert "opens that named the wrong scholar" in stdout
 
 
 def deep_episode(*calls, answer=None):
@@ -193,6 +197,33 @@ def test_deep_search_failures_are_read_off_the_chain(calls, answer, expected):
     calls left the question's chain of supporting documents, and with which tool."""
     import bench_search_deep
     assert bench_search_deep.why_it_failed(deep_episode(*calls, answer=answer), CHAIN) == expected
+
+
+def test_copy_errors_read_the_call_the_model_makes_in_a_folded_line(tmp_path, monkeypatch):
+    """copy_errors: the teacher's line folded as the tool loop folds it (each view within the window, the id to copy
+    in view), the model's greedy next call compared with the id it must name; a case whose id the model cannot
+    name counts as wrong."""
+    import bench_search_deep as bench
+    import context_folding
+    trainer, held_out = bench.trainer_for([], tmp_path / "views")
+    cases = bench.copy_cases(trainer, held_out[0]["prompt"][0], lines=1)
+    assert [(split, tool) for split, tool, *_ in cases[:2]] == [("train", "search"), ("train", "open")]
+    assert len(cases) == 4 * 62
+    tools = bench.grpo_search.tools_of(bench.grpo_search.ToolEnvironment())
+    for split, tool, doc, view in cases:
+        assert len(trainer.processing_class.apply_chat_template(view, tools=tools, add_generation_prompt=True,
+                                                                tokenize=True, return_dict=False)) <= 1024
+        assert doc in view[-1]["content"]  # the page naming the mentor, or the search result listing it
+    assert sum(context_folding.FOLDED in view[1]["content"] for *_, view in cases) > len(cases) // 2
+
+    made = bench.copy_cases
+    def with_unnameable_ids(*args, **kwargs):  # the training line's opens must name a scholar who does not exist
+        return [(s, t, "Scholar 0" if (s, t) == ("train", "open") else d, v) for s, t, d, v in made(*args, **kwargs)]
+    monkeypatch.setattr(bench, "copy_cases", with_unnameable_ids)
+    copied = bench.copy_errors(None, tmp_path / "count", lines=1)
+    assert copied["open"]["train"] == [62, 62]
+    assert copied["open"]["test"][1] == 62 and copied["open"]["test"][0] <= 6  # the shipped model: ~3% miscopied
+    assert copied["search"]["train"][0] <= 6
 
 
 def test_deep_search_tables_print_from_the_committed_results():
