@@ -257,9 +257,9 @@ class ToolEnvironment:
         self.supporting = set(supporting_docs or [])  # the documents the answer rests on ([]: unknown)
         self.chain = list(dict.fromkeys(supporting_docs or []))  # the same, in the data's order: for chain_progress
         self.seen = set()    # ids this rollout has been shown, by search or open
+        self.question = str(row.get("question") or "")  # ids it names count as shown to an open (turn credit)
         self.credited = 0    # searches that brought in a supporting document not seen before
-        self.results = []    # (tool result, 1.0 if it earned that credit, -1.0 for an open of an id never shown,
-                             # else 0.0), in call order: for turn credit
+        self.results = []    # (tool result, its turn credit: 1.0 credited, -1.0 an open of an unshown id, else 0.0)
         self.folds, self.peak_context = [], 0  # with --max_context_tokens: each fold, the most tokens in view,
         self.cost = {}                         # and the seconds and tokens the episode took (context_folding.py)
         return None  # nothing to add to the question
@@ -302,7 +302,8 @@ class ToolEnvironment:
         pages = self.index.pages(doc_id, self.page_chars)
         if not 1 <= page <= len(pages):
             return self._tally(f"Error: page {page} is out of range: {doc_id!r} has {len(pages)} page(s).")
-        shown = doc_id in self.seen  # else a miscopied or made-up id that happens to exist: no result showed it
+        # else a miscopied or made-up id that happens to exist: neither a result nor the question showed it
+        shown = doc_id in self.seen or re.search(rf"(?<!\w){re.escape(doc_id)}(?!\w)", self.question) is not None
         self.seen.add(doc_id)
         return self._tally(f"[{doc_id}] page {page} of {len(pages)}\n{pages[page - 1]}", ungrounded=not shown)
 
@@ -486,7 +487,8 @@ RUBRIC = [
 # %%
 def turn_rewards(completion: list, env) -> list[float]:
     """One reward per assistant turn of a trajectory: 1.0 when a tool result that turn got earned search credit (a
-    new supporting document), -1.0 when it opened a document no earlier result had shown, else 0.0."""
+    new supporting document), -1.0 when it opened a document that neither an earlier result nor the question had
+    shown, else 0.0."""
     rewards = [0.0] * sum(1 for m in completion if m.get("role") == "assistant")
     for turn, credit in delivered(completion, env):  # a turn's miscopied open outweighs its credited search
         rewards[turn] = min(rewards[turn], credit) if credit < 0 or rewards[turn] < 0 else max(rewards[turn], credit)

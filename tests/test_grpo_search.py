@@ -179,6 +179,14 @@ def test_an_open_of_an_id_no_result_showed_costs_its_turn(index):
     assert gs.turn_rewards(trajectory, env) == [1.0, 0.0, -1.0, 0.0, 0.0]
     assert total(trajectory, env)["rewards"]["search_credit"] == 0.5  # the open brought Oren Dask in, not a search
 
+    # an id the question itself names is shown: a fork whose questions hand the agent ids may open them at once
+    env = gs.ToolEnvironment()
+    env.reset(supporting_docs=SUPPORTING, question="Where was Oren Dask's pupil born?", answer=["Tollmere"])
+    trajectory = [*open_turn(env, "Oren Dask"), *open_turn(env, "Oren D"), answer("Tollmere")]  # "Oren D" is no id
+    assert gs.turn_rewards(trajectory, env) == [0.0, 0.0, 0.0]
+    env.reset(supporting_docs=SUPPORTING, question="Where was Oren Daskell born?", answer=["Tollmere"])
+    assert gs.turn_rewards([*open_turn(env, "Oren Dask"), answer("Tollmere")], env) == [-1.0, 0.0]  # whole ids only
+
 
 def test_one_search_that_finds_both_documents_is_credited_once(index):
     env = environment(supporting=["Ilsa Varn", "Kai Lo"])  # "Ilsa Varn" finds both
