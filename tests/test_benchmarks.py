@@ -205,25 +205,26 @@ def test_copy_errors_read_the_call_the_model_makes_in_a_folded_line(tmp_path, mo
     name counts as wrong."""
     import bench_search_deep as bench
     import context_folding
-    trainer, held_out = bench.trainer_for([], tmp_path / "views")
-    cases = bench.copy_cases(trainer, held_out[0]["prompt"][0], lines=1)
-    assert [(split, tool) for split, tool, *_ in cases[:2]] == [("train", "search"), ("train", "open")]
-    assert len(cases) == 4 * 62
-    tools = bench.grpo_search.tools_of(bench.grpo_search.ToolEnvironment())
-    for split, tool, doc, view in cases:
-        assert len(trainer.processing_class.apply_chat_template(view, tools=tools, add_generation_prompt=True,
-                                                                tokenize=True, return_dict=False)) <= 1024
-        assert doc in view[-1]["content"]  # the page naming the mentor, or the search result listing it
-    assert sum(context_folding.FOLDED in view[1]["content"] for *_, view in cases) > len(cases) // 2
+    made, seen = bench.copy_cases, {}
 
-    made = bench.copy_cases
-    def with_unnameable_ids(*args, **kwargs):  # the training line's opens must name a scholar who does not exist
-        return [(s, t, "Scholar 0" if (s, t) == ("train", "open") else d, v) for s, t, d, v in made(*args, **kwargs)]
+    def with_unnameable_ids(trainer, *args, **kwargs):  # the training line's opens must name a scholar who is not
+        seen["trainer"], seen["cases"] = trainer, made(trainer, *args, **kwargs)
+        return [(s, t, "Scholar 0" if (s, t) == ("train", "open") else d, v) for s, t, d, v in seen["cases"]]
     monkeypatch.setattr(bench, "copy_cases", with_unnameable_ids)
-    copied = bench.copy_errors(None, tmp_path / "count", lines=1)
+    copied = bench.copy_errors(None, tmp_path, lines=1)
     assert copied["open"]["train"] == [62, 62]
     assert copied["open"]["test"][1] == 62 and copied["open"]["test"][0] <= 6  # the shipped model: ~3% miscopied
     assert copied["search"]["train"][0] <= 6
+
+    cases, tokenizer = seen["cases"], seen["trainer"].processing_class
+    assert [(split, tool) for split, tool, *_ in cases[:2]] == [("train", "search"), ("train", "open")]
+    assert len(cases) == 4 * 62  # per split, a line's 3rd to 64th scholar: a search and an open each
+    tools = bench.grpo_search.tools_of(bench.grpo_search.ToolEnvironment())
+    for split, tool, doc, view in cases:
+        assert len(tokenizer.apply_chat_template(view, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)) <= 1024
+        assert doc in view[-1]["content"]  # the page naming the mentor, or the search result listing it
+    assert sum(context_folding.FOLDED in view[1]["content"] for *_, view in cases) > len(cases) // 2
 
 
 def test_deep_search_tables_print_from_the_committed_results():
