@@ -472,6 +472,31 @@ def miscopied(counts: dict) -> str:
                       (counts["open"]["test"], counts["open"]["train"]))
 
 
+def summary_table(paths: list[Path]) -> str:
+    """Every credit results file's arms in one table: steps, held-out exact match at the two longest levels (mean,
+    and each seed), and the opens miscopied on held-out lines after (copy_errors; '-' where not measured)."""
+    before = next((json.loads(path.read_text())["copy_errors_before"]["open"]["test"] for path in paths
+                   if "copy_errors_before" in json.loads(path.read_text())), None)
+    lines = ["| rubric | steps | 64 calls: mean (by seed) | 128 calls: mean (by seed) | held-out opens miscopied "
+             f"after (by seed; before: {f'{before[0] / before[1]:.1%}' if before else '-'}) | results |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for path in paths:
+        report = json.loads(path.read_text())
+        for arm, runs in report["runs"].items():
+            steps = {run["steps"] for run in runs.values()}
+            resumed = {run.get("resumed_from_step") for run in runs.values()} - {None}
+            cells = []
+            for level in ("64", "128"):
+                scores = [run["levels"]["after"][level]["exact_match"] for run in runs.values()]
+                cells.append(f"{statistics.mean(scores):.2f} ({' / '.join(f'{v:.2f}' for v in scores)})")
+            copied = [run["copy_errors_after"]["open"]["test"] for run in runs.values() if "copy_errors_after" in run]
+            copies = " / ".join(f"{w / n:.1%}" for w, n in copied) if len(copied) == len(runs) else "-"
+            lines.append(f"| {ARM_NAMES[arm]} | {'/'.join(map(str, sorted(steps)))}"
+                         f"{f' (resumed at {min(resumed)})' if resumed else ''} | {cells[0]} | {cells[1]} | {copies} | "
+                         f"{path.name} |")
+    return "\n".join(lines)
+
+
 FAILURE_NAMES = {"search": "searched off the chain", "open": "opened off the chain",
                  "stopped": "answered before the founder", "unreadable_call": "ended on a call it could not parse",
                  "no_answer": "ended without an answer",
@@ -517,8 +542,10 @@ def main(argv=None):
             raise SystemExit(f"{args.out} does not exist: run python benchmarks/bench_search_deep.py first (~35 min), "
                              "or give --out a results file")
         report = json.loads(args.out.read_text())
+        credits = sorted(CREDIT_RESULTS.parent.glob(CREDIT_RESULTS.stem + "*.json"))
         print("\n\n".join([readme_table(report), table(report), memory_table(report)] + (
-            [credit_table(json.loads(CREDIT_RESULTS.read_text()))] if CREDIT_RESULTS.exists() else [])))
+            [credit_table(json.loads(CREDIT_RESULTS.read_text()))] if CREDIT_RESULTS.exists() else []) + (
+            [summary_table(credits)] if credits else [])))
         return report
     command = " ".join(map(str, ["python benchmarks/bench_search_deep.py", *(argv if argv is not None else sys.argv[1:])]))
     if args.credit:

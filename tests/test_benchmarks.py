@@ -235,6 +235,10 @@ def test_deep_search_tables_print_from_the_committed_results():
     readme = (REPO / "README.md").read_text()
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 128 |")]
     assert len(rows) >= 2 and rows[0] in readme  # the README's table first, then the docs' own
+    summary = [line for line in result.stdout.splitlines() if line.endswith(".json |")]  # every credit run's arms
+    results = sorted((REPO / "benchmarks" / "results").glob("search_deep_credit*.json"))
+    assert len(summary) == sum(len(json.loads(path.read_text())["runs"]) for path in results)
+    assert {line.split(" | ")[-1].removesuffix(" |") for line in summary} == {path.name for path in results}
 
 
 def test_turn_credit_benchmark_has_a_long_horizon_setting(tmp_path):
