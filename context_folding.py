@@ -28,6 +28,8 @@ TURN_ROOM = 0.25       # fold when less than this share of --max_context_tokens 
 FOLD_MAX_LINES = 6     # folded calls listed in the user's message; older ones are only counted (notes stay longest)
 FOLDED = "Earlier turns, folded to save context:"  # heads the lines a fold leaves in the user's message
 HIDDEN_CALLS = "- {} earlier tool calls not listed"
+HIDDEN_MANY = 100      # from this many on, the count reads "many": beside three-digit ids, a three-digit count made
+                       # the hundred-call demo's model miscopy them (docs/grpo_search.md, "The fold's own number")
 
 
 def fold_line(call: dict, result: str) -> str:
@@ -56,14 +58,14 @@ def fold_context(messages: list, question: str, keep: int = FOLD_KEEP_TURNS) -> 
         calls, results = turn[0].get("tool_calls") or [], [m.get("content") for m in turn[1:]]
         lines += [fold_line(call, results[n] if n < len(results) else "") for n, call in enumerate(calls)]
     earlier = head[1]["content"][len(question):].split(FOLDED, 1)[-1].strip().splitlines()
-    counted = re.fullmatch(HIDDEN_CALLS.format(r"(\d+)"), earlier[0]) if earlier else None
-    hidden = int(counted.group(1)) if counted else 0
+    counted = re.fullmatch(HIDDEN_CALLS.format(r"(\d+|many)"), earlier[0]) if earlier else None
+    hidden = (HIDDEN_MANY if counted.group(1) == "many" else int(counted.group(1))) if counted else 0
     earlier = earlier[1:] if counted else earlier
     shown = earlier + lines
     while len(shown) > FOLD_MAX_LINES:  # the oldest call that is not a note goes first; notes go last
         shown.pop(next((n for n, line in enumerate(shown) if not line.startswith("- note:")), 0))
         hidden += 1
-    block = ([HIDDEN_CALLS.format(hidden)] if hidden else []) + shown
+    block = ([HIDDEN_CALLS.format(hidden if hidden < HIDDEN_MANY else "many")] if hidden else []) + shown
     user = {**head[1], "content": f"{question}\n\n{FOLDED}\n" + "\n".join(block)}
     return [head[0], user] + [m for turn in kept for m in turn], lines
 

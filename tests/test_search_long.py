@@ -61,6 +61,19 @@ def test_folding_again_keeps_earlier_lines_and_notes_outlive_the_cap():
     assert messages[1]["content"].startswith(QUESTION)
 
 
+def test_a_hundred_hidden_calls_read_many_and_stay_so():
+    """The count of calls no longer listed is a number up to 99, then "many" in every later fold: a three-digit count
+    beside three-digit ids is what the hundred-call demo's model miscopied."""
+    messages, counts = conversation(1), []
+    for hop in range(1, 70):
+        messages, _ = context_folding.fold_context(messages, QUESTION)
+        counts += re.findall(r"- (\w+) earlier tool calls not listed", messages[1]["content"])
+        messages += conversation(hop + 1)[-4:]
+    numbers = [int(c) for c in counts if c.isdigit()]
+    assert numbers == sorted(numbers) and max(numbers) < context_folding.HIDDEN_MANY <= max(numbers) + 2
+    assert counts[len(numbers):] and set(counts[len(numbers):]) == {"many"}  # once many, always many
+
+
 def test_nothing_to_fold_leaves_the_conversation_as_it_was():
     messages = conversation(1)
     folded, lines = context_folding.fold_context(messages, QUESTION)
