@@ -175,7 +175,8 @@ def run_levels(path: Path) -> dict:
 
 
 def lines_of_teaching(split: str) -> list[list]:
-    """Each line of the data's `split` (train or test) as its longest chain: the asked scholar first, the founder last."""
+    """Each line of the data's `split` (train or test) as its longest chain: the asked scholar first, the founder
+    last."""
     longest = {}
     for line in (DATA / f"{split}.jsonl").open():
         chain = json.loads(line)["supporting_docs"]
@@ -213,29 +214,60 @@ def copy_cases(trainer, system: dict, lines: int | None = None) -> list[tuple]:
     return cases
 
 
+LATE_OPENS = "open_past_100_hidden_calls"  # copy_errors' opens whose view counts 100 or more calls no longer listed
+IN_DIGITS = LATE_OPENS + "_in_digits"      # ... the same views with that count in digits, as the fold wrote it before
+
+
 def copy_errors(model: Path | None, scratch: Path, lines: int | None = None, batch_size: int = 64) -> dict:
     """How often the model names the wrong scholar in the call a line of teaching needs next (copy_cases), greedily:
-    {tool: {split: [wrong, calls]}}. Episodes at 128 calls fail on such miscopied numbers (why_it_failed): at a rate p
-    per open, a 64-open episode succeeds with chance (1 - p) ** 64. `model`: a model folder, None for the config's."""
+    {tool: {split: [wrong, calls]}}; the same for the opens whose view counts 100 or more calls no longer listed
+    (LATE_OPENS: the fold writes that count as "many"), and for those views with the count in digits (IN_DIGITS, as
+    context_folding wrote it before). Episodes at 128 calls fail on such miscopied numbers (why_it_failed): at a
+    rate p per open, a 64-open episode succeeds with chance (1 - p) ** 64. `model`: a model folder, None for the
+    config's."""
+    import context_folding
     trainer, held_out = trainer_for(["--model_name_or_path", model] if model else [], scratch)
-    tokenizer, generator = trainer.processing_class, trainer.model
+    tokenizer, generator, system = trainer.processing_class, trainer.model, held_out[0]["prompt"][0]
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    cases = copy_cases(trainer, held_out[0]["prompt"][0], lines)
-    counts = {tool: {split: [0, 0] for split in ("train", "test")} for tool in ("search", "open")}
-    generator.eval()
-    try:
+    tools = grpo_search.tools_of(grpo_search.ToolEnvironment())
+    count_line = re.compile(context_folding.HIDDEN_CALLS.format(r"(\d+|many)"))
+
+    def late(view: list) -> bool:  # the view counts 100 or more calls no longer listed
+        hidden = count_line.search(view[1]["content"])
+        return hidden is not None and (hidden.group(1) == "many" or int(hidden.group(1)) >= 100)
+
+    def wrong_calls(cases: list) -> list[bool]:
+        wrong = []
         for start in range(0, len(cases), batch_size):
             batch = cases[start:start + batch_size]
-            texts = [tokenizer.apply_chat_template(view, tools=grpo_search.tools_of(grpo_search.ToolEnvironment()),
-                                                   add_generation_prompt=True, tokenize=False) for *_, view in batch]
+            texts = [tokenizer.apply_chat_template(view, tools=tools, add_generation_prompt=True, tokenize=False)
+                     for *_, view in batch]
             encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             with torch.no_grad():
                 out = generator.generate(**encoded, max_new_tokens=40, do_sample=False,
                                          pad_token_id=tokenizer.pad_token_id)
-            for (split, tool, doc, _), ids in zip(batch, out[:, encoded["input_ids"].shape[1]:]):
+            for (split, tool, doc, view), ids in zip(batch, out[:, encoded["input_ids"].shape[1]:]):
                 call = re.search(r'"name": "(\w+)", "arguments": \{"\w+": "([^"]*)"', tokenizer.decode(ids))
-                counts[tool][split][0] += call is None or call.groups() != (tool, doc)
-                counts[tool][split][1] += 1
+                wrong.append(call is None or call.groups() != (tool, doc))
+        return wrong
+
+    generator.eval()
+    try:
+        cases = copy_cases(trainer, system, lines)
+        many, context_folding.HIDDEN_MANY = context_folding.HIDDEN_MANY, 10 ** 9  # the count in digits, however large
+        try:
+            in_digits = [case for case in copy_cases(trainer, system, lines) if case[1] == "open" and late(case[3])]
+        finally:
+            context_folding.HIDDEN_MANY = many
+        counts = {kind: {split: [0, 0] for split in ("train", "test")} for kind in ("search", "open", LATE_OPENS,
+                                                                                    IN_DIGITS)}
+        scored = [((tool, LATE_OPENS) if tool == "open" and late(view) else (tool,), split, wrong)
+                  for (split, tool, _, view), wrong in zip(cases, wrong_calls(cases))]
+        scored += [((IN_DIGITS,), split, wrong) for (split, *_), wrong in zip(in_digits, wrong_calls(in_digits))]
+        for kinds, split, wrong in scored:
+            for kind in kinds:
+                counts[kind][split][0] += wrong
+                counts[kind][split][1] += 1
     finally:
         tokenizer.padding_side = side
     return counts
@@ -458,18 +490,26 @@ def credit_table(report: dict) -> str:
     if all("failed" in level for arm in arms for level in after[arm]):  # recorded since why_it_failed
         lines += ["", f"why the episodes that failed after GRPO failed, at {' and '.join(long_levels)} required "
                   "calls, all seeds: " + "; ".join(f"{ARM_NAMES[arm]} {failures(after[arm])}" for arm in arms) + "."]
-    if "copy_errors_before" in report and all("copy_errors_after" in r for arm in arms for r in report["runs"][arm].values()):
+    if "copy_errors_before" in report and all("copy_errors_after" in r for arm in arms
+                                              for r in report["runs"][arm].values()):
         lines += ["", "opens that named the wrong scholar, the teacher's lines folded as the loop folds them "
                   "(copy_errors), held-out lines / training lines: before " + miscopied(report["copy_errors_before"])
                   + "; after, by seed: " + "; ".join(f"{ARM_NAMES[arm]} " + ", ".join(
                       miscopied(r["copy_errors_after"]) for r in report["runs"][arm].values()) for arm in arms) + "."]
+        if LATE_OPENS in report["copy_errors_before"]:
+            runs = [report["copy_errors_before"]] + [r["copy_errors_after"] for arm in arms
+                                                     for r in report["runs"][arm].values()]
+            lines += ["", "of those, the opens whose view counts 100 or more calls no longer listed, held-out / "
+                      "training lines, before then after by seed: the count as the fold writes it ('many') "
+                      + "; ".join(miscopied(run, LATE_OPENS) for run in runs) + "; the count in digits "
+                      + "; ".join(miscopied(run, IN_DIGITS) for run in runs) + "."]
     return "\n".join(lines)
 
 
-def miscopied(counts: dict) -> str:
-    """'10/372 (2.7%) / 13/496 (2.6%)': copy_errors' opens, held-out lines then training lines."""
-    return " / ".join(f"{wrong}/{calls} ({wrong / calls:.1%})" for wrong, calls in
-                      (counts["open"]["test"], counts["open"]["train"]))
+def miscopied(counts: dict, kind: str = "open") -> str:
+    """'10/372 (2.7%) / 13/496 (2.6%)': copy_errors' opens (or another kind), held-out lines then training lines."""
+    return " / ".join(f"{wrong}/{calls} ({wrong / calls:.1%})" if calls else "0/0" for wrong, calls in
+                      (counts[kind]["test"], counts[kind]["train"]))
 
 
 def summary_table(paths: list[Path]) -> str:

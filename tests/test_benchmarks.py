@@ -208,15 +208,19 @@ def test_copy_errors_read_the_call_the_model_makes_in_a_folded_line(tmp_path, mo
     made, seen = bench.copy_cases, {}
 
     def with_unnameable_ids(trainer, *args, **kwargs):  # the training line's opens must name a scholar who is not
-        seen["trainer"], seen["cases"] = trainer, made(trainer, *args, **kwargs)
-        return [(s, t, "Scholar 0" if (s, t) == ("train", "open") else d, v) for s, t, d, v in seen["cases"]]
+        cases = seen.setdefault("as_folded", made(trainer, *args, **kwargs)) if not seen else \
+            made(trainer, *args, **kwargs)  # the first call: the views as the loop folds them; then in digits
+        seen["trainer"] = trainer
+        return [(s, t, "Scholar 0" if (s, t) == ("train", "open") else d, v) for s, t, d, v in cases]
     monkeypatch.setattr(bench, "copy_cases", with_unnameable_ids)
     copied = bench.copy_errors(None, tmp_path, lines=1)
     assert copied["open"]["train"] == [62, 62]
     assert copied["open"]["test"][1] == 62 and copied["open"]["test"][0] <= 6  # the shipped model: ~3% miscopied
     assert copied["search"]["train"][0] <= 6
+    late = copied[bench.LATE_OPENS]["train"]  # a line's last opens: more than 100 calls already folded out of view
+    assert late[1] > 0 and late == [late[1], late[1]] == copied[bench.IN_DIGITS]["train"]
 
-    cases, tokenizer = seen["cases"], seen["trainer"].processing_class
+    cases, tokenizer = seen["as_folded"], seen["trainer"].processing_class
     assert [(split, tool) for split, tool, *_ in cases[:2]] == [("train", "search"), ("train", "open")]
     assert len(cases) == 4 * 62  # per split, a line's 3rd to 64th scholar: a search and an open each
     tools = bench.grpo_search.tools_of(bench.grpo_search.ToolEnvironment())
@@ -225,6 +229,8 @@ def test_copy_errors_read_the_call_the_model_makes_in_a_folded_line(tmp_path, mo
                                                  return_dict=False)) <= 1024
         assert doc in view[-1]["content"]  # the page naming the mentor, or the search result listing it
     assert sum(context_folding.FOLDED in view[1]["content"] for *_, view in cases) > len(cases) // 2
+    many = sum("- many earlier tool calls not listed" in view[1]["content"] for *_, view in cases)
+    assert many == 4 * late[1]  # on both lines, before a search and before an open
 
 
 def test_deep_search_tables_print_from_the_committed_results():
