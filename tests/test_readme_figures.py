@@ -552,11 +552,39 @@ def search_deep_credit_turn_unscaled(load):
             f"the mean at 128 calls is {mean:.2f}, the best of these rubrics"]
 
 
+def search_deep_credit_unscaled_digits(load):
+    """docs/grpo_search.md's "The fold's own number": unscaled turn credit from step 0 with the fold's count in
+    digits, and the copy errors beside a count of 100 or more, in digits and as "many"."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_search_deep
+
+    report = load("search_deep_credit_unscaled_digits")
+    runs = report["runs"]["turn_credit_unscaled"].values()
+    late, digits = bench_search_deep.LATE_OPENS, bench_search_deep.IN_DIGITS
+    before = report["copy_errors_before"]
+    assert all(r["levels"]["after"]["64"]["exact_match"] == 1 for r in runs), "the docs say 1.00 at 64 on every seed"
+    assert all(min(r["levels"]["after"]["128"]["failed_at_link"]) >= 54 for r in runs)
+    assert all(r["copy_errors_after"][late]["test"][0] == 0 and r["copy_errors_after"][late]["train"][0] <= 1
+               for r in runs), "the docs say none of the 60 and 0 or 1 of the 80"
+    rates = [w / n for r in runs for w, n in r["copy_errors_after"][digits].values()]
+    assert 0.03 <= min(rates) and max(rates) < 0.065, "the docs say 3-6%"
+    return [*bench_search_deep.credit_table(report).splitlines(),
+            f"miscopies 10% of the opens made beside such a count ({before[digits]['test'][0]} of "
+            f"{before[digits]['test'][1]} on the held-out lines, {before[digits]['train'][0]} of "
+            f"{before[digits]['train'][1]} on the\ntraining lines)",
+            f"Beside \"many\" the warm-started model miscopies {before[late]['test'][0]} of those "
+            f"{before[late]['test'][1]} opens",
+            f"held-out opens overall fall from {load('search_deep_credit')['copy_errors_before']['open']['test'][0]} of "
+            f"{before['open']['test'][1]}\nto {before['open']['test'][0]}.",
+            f"{statistics.mean(r['levels']['after']['128']['exact_match'] for r in runs):.2f} at 128 on every seed"]
+
+
 CHECKS = {check.__name__: check for check in (demos, code_reward, rewards, footprint, sandbox, zero_signal,
                                               turn_credit, turn_credit_long, search_long, search_deep,
                                               search_deep_credit, search_deep_credit_20, search_deep_credit_40,
                                               search_deep_credit_turn, search_deep_credit_turn_20,
-                                              search_deep_credit_turn_unscaled, families,
+                                              search_deep_credit_turn_unscaled, search_deep_credit_unscaled_digits,
+                                              families,
                                               overhead, recipe, examples, verdicts)}
 
 
