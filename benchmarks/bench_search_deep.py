@@ -515,11 +515,8 @@ def miscopied(counts: dict, kind: str = "open") -> str:
 def summary_table(paths: list[Path]) -> str:
     """Every credit results file's arms in one table: steps, held-out exact match at the two longest levels (mean,
     and each seed), and the opens miscopied on held-out lines after (copy_errors; '-' where not measured)."""
-    before = next((json.loads(path.read_text())["copy_errors_before"]["open"]["test"] for path in paths
-                   if "copy_errors_before" in json.loads(path.read_text())), None)
-    lines = ["| rubric | steps | 64 calls: mean (by seed) | 128 calls: mean (by seed) | held-out opens miscopied "
-             f"after (by seed; before: {f'{before[0] / before[1]:.1%}' if before else '-'}) | results |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| rubric | steps | 64 calls: mean (by seed) | 128 calls: mean (by seed) | held-out opens miscopied, "
+             "before -> after (by seed) | results |", "| --- | --- | --- | --- | --- | --- |"]
     for path in paths:
         report = json.loads(path.read_text())
         for arm, runs in report["runs"].items():
@@ -530,7 +527,9 @@ def summary_table(paths: list[Path]) -> str:
                 scores = [run["levels"]["after"][level]["exact_match"] for run in runs.values()]
                 cells.append(f"{statistics.mean(scores):.2f} ({' / '.join(f'{v:.2f}' for v in scores)})")
             copied = [run["copy_errors_after"]["open"]["test"] for run in runs.values() if "copy_errors_after" in run]
-            copies = " / ".join(f"{w / n:.1%}" for w, n in copied) if len(copied) == len(runs) else "-"
+            before = report.get("copy_errors_before", {}).get("open", {}).get("test")
+            copies = f"{before[0] / before[1]:.1%} -> " + " / ".join(f"{w / n:.1%}" for w, n in copied) \
+                if before and len(copied) == len(runs) else "-"
             lines.append(f"| {ARM_NAMES[arm]} | {'/'.join(map(str, sorted(steps)))}"
                          f"{f' (resumed at {min(resumed)})' if resumed else ''} | {cells[0]} | {cells[1]} | {copies} | "
                          f"{path.name} |")
