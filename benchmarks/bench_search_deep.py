@@ -22,8 +22,9 @@ to benchmarks/results/search_deep.json, whose tables docs/grpo_search.md shows.
 
 --credit SEED ...: instead, outcome only against credit per link (and the config as it ships: ARMS), one GRPO run of
 the config per arm and seed, two at a time on the cores shared out, each started as a user starts it (about 15
-minutes a run on 2 CPU cores); their held-out levels before and after and
-chain_progress in training go to benchmarks/results/search_deep_credit.json (docs/grpo_search.md, "Credit per link").
+minutes a run on 2 CPU cores); their held-out levels before and after, chain_progress in training, and each model's
+copy errors (copy_errors: how often it names the wrong scholar in the next call of a folded line of teaching) go to
+benchmarks/results/search_deep_credit.json (docs/grpo_search.md, "Credit per link").
 """
 
 import argparse
