@@ -593,7 +593,7 @@ def search_deep_credit_unscaled_many(load):
     results = sorted((REPO / "benchmarks" / "results").glob("search_deep_credit*.json"))
     return [*bench_search_deep.credit_table(report).splitlines(),
             *bench_search_deep.summary_table(results).splitlines(),
-            f"reaches {mean['128']['mean']:.2f} at 128 calls in 10 steps ({by_seed} over\nseeds 0, 1 and 2)",
+            f"reaches {mean['128']['mean']:.2f} at 128 calls in 10 steps\n({by_seed} over seeds 0, 1 and 2",
             f"{mean['128']['mean']:.2f}\nat 128 calls, {by_seed} by seed, past the 0.8 aimed at, and "
             f"{mean['64']['mean']:.2f} at 64."]
 
