@@ -1,10 +1,10 @@
 """Benchmark: a hundred tool calls in one episode. GRPO on levels of 8 to 128 required calls, and what an episode
 costs as it grows, folded and not.
 
-    python benchmarks/bench_search_deep.py                  # ~35 min on 2 CPU cores: trains, then measures
+    python benchmarks/bench_search_deep.py                  # ~15 min on 2 CPU cores: trains, then measures
     python benchmarks/bench_search_deep.py --run DIR        # train into DIR; if it holds a finished run, measure it
     python benchmarks/bench_search_deep.py --max_hops 4 --max_steps 1 --per_level 1   # a quick check, ~2 min
-    python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR   # outcome only, credit per link, as shipped
+    python benchmarks/bench_search_deep.py --credit 0 1 2 --run DIR   # outcome only, credit per link, search credit
     python benchmarks/bench_search_deep.py --tables                  # the README's and docs' tables, from the JSON
 
 The config is assets/deep_search.yaml: the long demo's model and 1,024-token window over lines of 64 scholars, whose
@@ -20,7 +20,7 @@ seconds per call at 128 over those at 8, say whether a call's cost grows with th
 sampling on a 128-call question: a group of --num_generations rollouts at the training temperature, timed. Written
 to benchmarks/results/search_deep.json, whose tables docs/grpo_search.md shows.
 
---credit SEED ...: instead, outcome only against credit per link (and the config as it ships: ARMS), one GRPO run of
+--credit SEED ...: instead, outcome only against credit per link and search credit (more arms: ARMS), one GRPO run of
 the config per arm and seed, two at a time on the cores shared out, each started as a user starts it (about 15
 minutes a run on 2 CPU cores); their held-out levels before and after, chain_progress in training, and each model's
 copy errors (copy_errors: how often it names the wrong scholar in the next call of a folded line of teaching) go to
@@ -29,6 +29,7 @@ benchmarks/results/search_deep_credit.json (docs/grpo_search.md, "Credit per lin
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -62,19 +63,25 @@ def weights(**changed) -> list:
     return ["--reward_weights", *(changed.get(func.__name__, weight) for func, weight in grpo_search.RUBRIC)]
 
 
+def arm(turn_credit: bool, scale_rewards: str, **changed) -> list:
+    """An arm's flags: RUBRIC's weights with `changed` ones, and --turn_credit and --scale_rewards said outright, so
+    that an arm means the same whatever the config sets."""
+    return [*weights(**changed), "--turn_credit", str(turn_credit).lower(), "--scale_rewards", scale_rewards]
+
+
 # Outcome only against credit per link (--credit). search_credit is off in both: it stops paying after two links.
 # The credit arm pays chain_progress (how far along the line of mentors the searches got, checked against the
 # question's chain) at 0.2, and each turn whose search reached a new link its own advantage (--turn_credit). The
-# third arm is the config as it ships: RUBRIC's own weights, search_credit (the first two links) at 0.2. The fourth
-# (not run by default) adds --turn_credit to it: each turn's own advantage, negative for an open of an id that no
-# result had shown (a miscopied number: how the shipped rubric's episodes fail); the fifth, with --scale_rewards
-# none, leaves every advantage undivided by its group's spread.
-ARMS = {"outcome_only": weights(search_credit=0.0, chain_progress=0.0),
-        "credit_per_link": [*weights(search_credit=0.0, chain_progress=0.2), "--turn_credit"],
-        "as_shipped": weights(), "turn_credit": [*weights(), "--turn_credit"],
-        "turn_credit_unscaled": [*weights(), "--turn_credit", "--scale_rewards", "none"]}
-ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "as_shipped": "as shipped",
-             "turn_credit": "as shipped + turn credit", "turn_credit_unscaled": "turn credit, unscaled"}
+# third arm is RUBRIC's own weights alone, search_credit (the first two links) at 0.2: how the config shipped until
+# turn credit. The fourth (not run by default) adds --turn_credit to it: each turn's own advantage, negative for an
+# open of an id that no result had shown (a miscopied number: how the search-credit arm's episodes fail); the fifth,
+# with --scale_rewards none, leaves every advantage undivided by its group's spread: the config as it ships.
+ARMS = {"outcome_only": arm(False, "group", search_credit=0.0, chain_progress=0.0),
+        "credit_per_link": arm(True, "group", search_credit=0.0, chain_progress=0.2),
+        "search_credit": arm(False, "group"), "turn_credit": arm(True, "group"),
+        "turn_credit_unscaled": arm(True, "none")}
+ARM_NAMES = {"outcome_only": "outcome only", "credit_per_link": "credit per link", "search_credit": "search credit",
+             "turn_credit": "search credit + turn credit", "turn_credit_unscaled": "turn credit, unscaled"}
 COST_PARTS = ("generation_seconds", "tool_seconds", "bookkeeping_seconds")
 
 
@@ -381,13 +388,26 @@ def memory_probe(rows: int, cap: int, length: int):
     inputs["num_items_in_batch"] = inputs["completion_mask"].sum()
     trainer.current_gradient_accumulation_steps = 1  # as the training loop sets it
     trainer.model.train()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gc.collect()
+    # The high-water mark is reset first (Linux: clear_refs 5), so that loading, whose peak can pass the training
+    # pass's, is not what gets measured; elsewhere it stays the process's peak so far, and the figure a lower bound.
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        before, reset = resident_kib("VmRSS"), True
+    except OSError:
+        before, reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, False
     started = time.perf_counter()
     trainer.accelerator.backward(trainer.compute_loss(trainer.model, inputs))
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = resident_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"rows": rows, "rows_at_a_time": cap, "tokens_per_row": length,
                       "peak_mib": round((peak - before) / 1024), "seconds": round(seconds, 1)}))
+
+
+def resident_kib(field: str) -> int:
+    """This process's resident memory from /proc/self/status (VmRSS: now; VmHWM: its peak since the last reset)."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field + ":"))
+    return int(line.split()[1])
 
 
 def readme_table(report: dict) -> str:
@@ -570,16 +590,18 @@ def main(argv=None):
                              f"{CREDIT_RESULTS.relative_to(ROOT)} (--run: the runs' parent folder, kept to resume)")
     parser.add_argument("--jobs", type=int, default=2, help="with --credit: runs at a time, the cores shared out")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS)[:3],
-                        help="with --credit: these arms (default: the first three; turn_credit and "
-                             "turn_credit_unscaled add --turn_credit to the shipped rubric)")
+                        help="with --credit: these arms (default: the first three; turn_credit adds "
+                             "--turn_credit to search_credit, turn_credit_unscaled is the config as it ships)")
     parser.add_argument("--copy_lines", type=int, default=None, help="with --credit: copy errors over this many lines "
                         "of each split (default: all 14; a quick check: 1)")
     parser.add_argument("--tables", action="store_true", help="only print the tables of the results files (--out, "
                         f"and {CREDIT_RESULTS.relative_to(ROOT)} where it exists), as the README and docs show them")
     args = parser.parse_args(argv)
+    if args.copy_lines is not None and args.copy_lines < 1:
+        parser.error(f"--copy_lines {args.copy_lines}: give 1 or more lines (or leave it out: all 14)")
     if args.tables:
         if not args.out.exists():
-            raise SystemExit(f"{args.out} does not exist: run python benchmarks/bench_search_deep.py first (~35 min), "
+            raise SystemExit(f"{args.out} does not exist: run python benchmarks/bench_search_deep.py first (~15 min), "
                              "or give --out a results file")
         report = json.loads(args.out.read_text())
         credits = sorted(CREDIT_RESULTS.parent.glob(CREDIT_RESULTS.stem + "*.json"))
@@ -587,7 +609,7 @@ def main(argv=None):
             [credit_table(json.loads(CREDIT_RESULTS.read_text()))] if CREDIT_RESULTS.exists() else []) + (
             [summary_table(credits)] if credits else [])))
         return report
-    command = " ".join(map(str, ["python benchmarks/bench_search_deep.py", *(argv if argv is not None else sys.argv[1:])]))
+    command = command_line(argv if argv is not None else sys.argv[1:])
     if args.credit:
         MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
         out = CREDIT_RESULTS if args.out == RESULTS else args.out
@@ -604,16 +626,14 @@ def main(argv=None):
     if args.memory_only:
         report = json.loads(args.out.read_text())
         report["training_pass_memory"] = memory_rows(args.per_device_rows)
-        report["command"] += "; " + " ".join(["python benchmarks/bench_search_deep.py",
-                                              *map(str, argv if argv is not None else sys.argv[1:])])
+        report["command"] += "; " + command_line(argv if argv is not None else sys.argv[1:])
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(memory_table(report))
         return report
     MAX_HOPS[:] = ["--max_hops", args.max_hops] if args.max_hops else []
     os.chdir(ROOT)
     report = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-              "command": " ".join(map(str, ["python benchmarks/bench_search_deep.py",
-                                               *(argv if argv is not None else sys.argv[1:])]))}
+              "command": command_line(argv if argv is not None else sys.argv[1:])}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         run = args.run or scratch / "run"
@@ -636,6 +656,14 @@ def main(argv=None):
         print(memory_table(report))
     print(f"wrote {args.out}")
     return report
+
+
+def command_line(argv: list) -> str:
+    """The command as the results file records it: this machine's folders (--run, --out) named for what they are."""
+    argv, shown = list(map(str, argv)), []
+    for previous, value in zip([None, *argv], argv):
+        shown.append({"--run": "DIR", "--out": "FILE"}.get(previous, value))
+    return " ".join(["python benchmarks/bench_search_deep.py", *shown])
 
 
 def per_call_ratio(levels: dict) -> float | None:

@@ -147,12 +147,16 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
                                                          "--arms", "outcome_only", "credit_per_link",
                                                          "--copy_lines", "1", "--run", str(runs)], tmp_path)
     assert set(report["runs"]) == {"outcome_only", "credit_per_link"} and report["seeds"] == [0]
+    assert "--run DIR" in report["command"] and str(tmp_path) not in report["command"]  # not this machine's folders
     for arm, flags in report["arms"].items():
         settings = json.loads((runs / f"{arm}-seed0" / "eval.json").read_text())
         run = report["runs"][arm]["0"]
         assert run["steps"] == 1 and set(run["levels"]["after"]) == {"8"}
         assert 0 <= run["chain_progress_in_training"][0] <= 1
-        assert ("--turn_credit" in flags) == (arm == "credit_per_link") == settings["turn_credit"]
+        said = dict(zip(flags[-4::2], flags[-3::2]))  # each arm says both outright, whatever the config sets
+        assert said == {"--turn_credit": "true" if arm == "credit_per_link" else "false", "--scale_rewards": "group"}
+        assert settings["turn_credit"] == (arm == "credit_per_link")  # the config's turn_credit: true is overridden
+        assert settings["flags"].get("scale_rewards", "group") == "group"  # and its scale_rewards: none
         weights = json.loads(settings["flags"]["reward_weights"])  # what the run trained with
         assert weights[-1] == (0.2 if arm == "credit_per_link" else 0) and weights[3] == 0  # chain_progress; search_credit
     assert f"| 8 | {report['before']['8']['exact_match']:.2f} |" in stdout
@@ -160,6 +164,13 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
         assert copied["open"]["test"][1] == copied["open"]["train"][1] == 62  # a line's 3rd to 64th scholar
         assert 0 <= copied["open"]["test"][0] <= 62
     assert "opens that named the wrong scholar" in stdout
+
+
+def test_deep_search_credit_refuses_no_copy_lines():
+    """--copy_lines 0 would divide by zero lines in the tables: refused before any run, naming the fix."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_search_deep.py"), "--credit", "0",
+                             "--copy_lines", "0"], capture_output=True, text=True, env=offline_env(), cwd=REPO)
+    assert result.returncode == 2 and "give 1 or more lines" in result.stderr.splitlines()[-1]
 
 
 def deep_episode(*calls, answer=None):
