@@ -249,7 +249,7 @@ INDEX_STOPWORDS = "en"        # bm25s's English stop words, dropped from documen
 class ToolEnvironment:
     """One per rollout (TRL's environment_factory); rewards read its tally through their `environments` argument."""
 
-    index = None  # the SearchIndex all rollouts share; build_trainer builds it
+    index, index_corpus = None, None  # the SearchIndex all rollouts share (build_trainer builds it), its --corpus_name
     top_k, snippet_chars, page_chars, budget = 5, 200, 1000, 4  # build_trainer sets them from the flags
 
     def reset(self, supporting_docs=None, **row):
@@ -580,9 +580,12 @@ HELD_OUT_TABLE = ("accuracy", "f1", "supporting_found", "supporting_searches", "
 ACCURACY_IS = "exact match"
 
 
-def set_up_search(script_args, corpus: list):
-    """The index every rollout searches, and the search flags, set on the environment class."""
-    ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))
+def set_up_search(script_args, corpus: list | None):
+    """The index every rollout searches (None: keep the one built from the same --corpus_name), and the search
+    flags, set on the environment class."""
+    if corpus is not None:
+        ToolEnvironment.index = SearchIndex(corpus, index_folder(script_args))
+        ToolEnvironment.index_corpus = script_args.corpus_name  # None: built from the questions' context column
     ToolEnvironment.top_k, ToolEnvironment.snippet_chars = script_args.search_top_k, script_args.snippet_chars
     ToolEnvironment.page_chars, ToolEnvironment.budget = script_args.page_chars, script_args.search_budget
 
@@ -628,10 +631,12 @@ def replay_environment(script_args, row: dict):
     """--replay: a fresh environment, reset with a recorded row (its supporting documents), for the rollout's recorded
     searches to run in again over --corpus_name with the replay's search flags (pass the run's own). None when the
     corpus was the questions' context column: the recording cannot rebuild it."""
-    if ToolEnvironment.index is None:
+    if ToolEnvironment.index is None or ToolEnvironment.index_corpus != script_args.corpus_name:
         if script_args.corpus_name is None:
             return None
         set_up_search(script_args, load_corpus(script_args, []))
+    else:  # this process built the index from the same corpus (a notebook that trained): reused, with these flags
+        set_up_search(script_args, None)
     environment = environment_class(script_args)()
     environment.reset(**row)
     return environment

@@ -119,6 +119,23 @@ def test_an_unwritable_cache_folder_still_gives_an_index(tmp_path):
     assert gs.SearchIndex(DOCS, blocker / "index").search("Kai Lo", 1) == ("Kai Lo",)
 
 
+def test_a_replay_searches_its_own_corpus_not_the_one_this_process_trained_on(tmp_path, monkeypatch):
+    """A notebook that trained on one corpus and replays a run of another: the replay's --corpus_name is searched,
+    with the replay's own search flags; the same corpus again reuses the index already built."""
+    for attribute in ("index", "index_corpus", "top_k", "snippet_chars", "page_chars", "budget"):
+        monkeypatch.setattr(gs.ToolEnvironment, attribute, getattr(gs.ToolEnvironment, attribute))
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS))
+    second.write_text(json.dumps({"id": "x1", "title": "Zebra Quay", "text": "Zebra Quay lies on the coast."}) + "\n")
+    trained = gs.ScriptArguments(corpus_name=str(first))
+    gs.set_up_search(trained, gs.load_corpus(trained, []))  # as build_trainer does
+    built = gs.ToolEnvironment.index
+    assert "x1" not in gs.replay_environment(gs.ScriptArguments(corpus_name=str(first)), {}).search("Zebra Quay")
+    assert gs.ToolEnvironment.index is built  # the same corpus: not indexed again
+    replayed = gs.replay_environment(gs.ScriptArguments(corpus_name=str(second), search_top_k=1), {})
+    assert "[x1]" in replayed.search("Zebra Quay") and gs.ToolEnvironment.top_k == 1
+
+
 # ---- the rubric -----------------------------------------------------------------------------------
 def search_turn(env, query):
     return [{"role": "assistant", "content": "", "tool_calls": [
