@@ -166,11 +166,13 @@ def test_deep_search_credit_runs_both_rubrics_as_a_user_starts_them(tmp_path):
     assert "opens that named the wrong scholar" in stdout
 
 
-def test_deep_search_credit_refuses_no_copy_lines():
+def test_deep_search_credit_refuses_no_copy_lines(capsys):
     """--copy_lines 0 would divide by zero lines in the tables: refused before any run, naming the fix."""
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_search_deep.py"), "--credit", "0",
-                             "--copy_lines", "0"], capture_output=True, text=True, env=offline_env(), cwd=REPO)
-    assert result.returncode == 2 and "give 1 or more lines" in result.stderr.splitlines()[-1]
+    import bench_search_deep
+
+    with pytest.raises(SystemExit) as exit_code:
+        bench_search_deep.main(["--credit", "0", "--copy_lines", "0"])
+    assert exit_code.value.code == 2 and "give 1 or more lines" in capsys.readouterr().err.splitlines()[-1]
 
 
 def deep_episode(*calls, answer=None):

@@ -182,8 +182,16 @@ HACKS = {
 }
 
 
+def quick_backstop(name: str, monkeypatch):
+    """A hack that stops the harness or sleeps is ended by the wall-clock backstop alone: the test takes the
+    smallest one (TEST_WALL_FACTOR 1: 9 s, not 25) to show it holds. The other hacks keep the shipped limits."""
+    if name.startswith(("stop", "sleep")):
+        monkeypatch.setattr(sandbox, "TEST_WALL_FACTOR", 1)
+
+
 @pytest.mark.parametrize("name", HACKS)
-def test_a_hack_passes_no_test_case(name):
+def test_a_hack_passes_no_test_case(name, monkeypatch):
+    quick_backstop(name, monkeypatch)
     result = hidden_tests(ADD, HACKS[name])
     assert not any(result["passed"]), (name, result)
 
@@ -376,7 +384,8 @@ CLASS_HACKS = {
 
 @pytest.mark.parametrize("layout", CLASS_TASKS)
 @pytest.mark.parametrize("name", CLASS_HACKS)
-def test_a_hack_passes_no_test_case_in_the_class_layout(name, layout):
+def test_a_hack_passes_no_test_case_in_the_class_layout(name, layout, monkeypatch):
+    quick_backstop(name, monkeypatch)
     task = CLASS_TASKS[layout]
     result = sandbox.run_hidden_tests(CLASS_HACKS[name], task["test"], task["entry_point"], LEETCODE[0]["setup_code"])
     assert len(result["passed"]) in (0, 3) and not any(result["passed"]), (name, result)
@@ -459,7 +468,8 @@ STDIO_HACKS = {
 
 
 @pytest.mark.parametrize("name", STDIO_HACKS)
-def test_a_hack_passes_no_test_case_in_the_stdio_layout(name):
+def test_a_hack_passes_no_test_case_in_the_stdio_layout(name, monkeypatch):
+    quick_backstop(name, monkeypatch)
     result = program_results({"tests": STDIO_ADD}, STDIO_HACKS[name], float_tolerance=1e-6)
     assert not any(result["passed"]), (name, result)
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from conftest import REPO, landlock_abi
-from test_code_harness import ADD, HACKS
+from test_code_harness import ADD, HACKS, quick_backstop
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_sandbox  # noqa: E402
@@ -80,7 +80,11 @@ def test_every_harness_hack_fails_in_each_mode(mode):
     try:
         task = (ADD["test"], ADD["entry_point"], ADD["prompt"])
         assert run("def add(a, b):\n    return a + b\n", *task)["passed"] == [True] * 3
-        won = [name for name, code in HACKS.items() if any(run(code, *task)["passed"])]
+        won = []
+        for name, code in HACKS.items():
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                quick_backstop(name, monkeypatch)
+                won += [name] if any(run(code, *task)["passed"]) else []
         assert won == [], won
     finally:
         sandbox._SANDBOX = saved
